@@ -1,0 +1,509 @@
+//! Decide whether a Pod is wired, how, and why: the precedence table of SPEC.md as one pure function.
+//!
+//! Every outcome carries a stable `snake_case` reason code that shows up unchanged in logs, metrics labels, the
+//! status annotation and the AdmissionResponse, so "why was my Pod (not) injected" always has one answer.
+
+use std::fmt;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Config, Mode, PssLevel};
+use crate::names::*;
+
+/// Why the injector did what it did. The codes are a public contract: never rename one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// A PDP sidecar was added.
+    InjectedSidecar,
+    /// The Pod was wired to its node's PDP.
+    InjectedDaemonset,
+    /// An already injected Pod got a container wired that another webhook added after us.
+    Rewired,
+    /// Not a Pod, not a CREATE, or a subresource: nothing to do.
+    NotAPodCreate,
+    /// The namespace is never injected (control plane, the webhook's own, or listed in the config).
+    ExcludedNamespace,
+    /// A mirror Pod of a static Pod: the kubelet owns it.
+    MirrorPod,
+    /// The Pod already has its PDP (our status annotation or the PDP container).
+    AlreadyInjected,
+    /// Neither the Pod nor its namespace opted in.
+    NotOptedIn,
+    /// The Pod opted out (`pdp-injector.io/inject: disabled`).
+    OptedOut,
+    /// The namespace opted out (`pdp-injector.io/injection: disabled`); it overrides the Pod.
+    NamespaceOptedOut,
+    /// A `pdp-injector.io/*` annotation or Pod label has a value outside its valid set.
+    InvalidAnnotation,
+    /// The namespace's `pdp-injector.io/injection` label has a value outside its valid set.
+    InvalidNamespaceLabel,
+    /// The profile annotation names a profile the config does not have.
+    UnknownProfile,
+    /// The containers annotation names a container the Pod does not have.
+    UnknownContainer,
+    /// A volume or mount the injector must add clashes with one of the Pod's own.
+    NameCollision,
+    /// Sidecar mode for a hostNetwork Pod: the PDP would listen on the node's ports.
+    HostNetworkSidecar,
+    /// The admission request's object is not a valid Pod.
+    InvalidObject,
+}
+
+impl Reason {
+    /// The stable code.
+    pub fn code(self) -> &'static str {
+        match self {
+            Reason::InjectedSidecar => "injected_sidecar",
+            Reason::InjectedDaemonset => "injected_daemonset",
+            Reason::Rewired => "rewired",
+            Reason::NotAPodCreate => "not_a_pod_create",
+            Reason::ExcludedNamespace => "excluded_namespace",
+            Reason::MirrorPod => "mirror_pod",
+            Reason::AlreadyInjected => "already_injected",
+            Reason::NotOptedIn => "not_opted_in",
+            Reason::OptedOut => "opted_out",
+            Reason::NamespaceOptedOut => "namespace_opted_out",
+            Reason::InvalidAnnotation => "invalid_annotation",
+            Reason::InvalidNamespaceLabel => "invalid_namespace_label",
+            Reason::UnknownProfile => "unknown_profile",
+            Reason::UnknownContainer => "unknown_container",
+            Reason::NameCollision => "name_collision",
+            Reason::HostNetworkSidecar => "host_network_sidecar",
+            Reason::InvalidObject => "invalid_object",
+        }
+    }
+
+    /// Every reason, for documentation and for metrics that must show zeros.
+    pub const ALL: [Reason; 17] = [
+        Reason::InjectedSidecar,
+        Reason::InjectedDaemonset,
+        Reason::Rewired,
+        Reason::NotAPodCreate,
+        Reason::ExcludedNamespace,
+        Reason::MirrorPod,
+        Reason::AlreadyInjected,
+        Reason::NotOptedIn,
+        Reason::OptedOut,
+        Reason::NamespaceOptedOut,
+        Reason::InvalidAnnotation,
+        Reason::InvalidNamespaceLabel,
+        Reason::UnknownProfile,
+        Reason::UnknownContainer,
+        Reason::NameCollision,
+        Reason::HostNetworkSidecar,
+        Reason::InvalidObject,
+    ];
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// What a warning is about; a stable code like [`Reason`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WarningCode {
+    /// Daemonset mode in a namespace whose Pod Security level forbids hostPath: TCP only, no socket.
+    DowngradedPss,
+    /// An app container already defines a variable the injector would add; the app's value is kept.
+    EnvKept,
+    /// The Pod asked for injection but its namespace opted out.
+    NamespaceOverride,
+    /// The status annotation could not be read, so the Pod was not re-wired.
+    StatusUnreadable,
+}
+
+impl WarningCode {
+    /// The stable code.
+    pub fn code(self) -> &'static str {
+        match self {
+            WarningCode::DowngradedPss => "downgraded_pss",
+            WarningCode::EnvKept => "env_kept",
+            WarningCode::NamespaceOverride => "namespace_override",
+            WarningCode::StatusUnreadable => "status_unreadable",
+        }
+    }
+}
+
+/// A warning for the user who created the Pod (shown by kubectl) and for the logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// Stable code.
+    pub code: WarningCode,
+    /// One line for a human.
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pdp-injector {}: {}", self.code.code(), self.message)
+    }
+}
+
+/// A refusal: the Pod is not admitted, and `message` tells the user exactly what to fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// Stable code.
+    pub reason: Reason,
+    /// Names the key, the bad value and the valid values.
+    pub message: String,
+}
+
+impl fmt::Display for Denial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pdp-injector {}: {}", self.reason.code(), self.message)
+    }
+}
+
+/// What the core knows about the Pod's namespace (from the namespace cache, an offline stream, or nothing).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceInfo {
+    /// Namespace name.
+    pub name: String,
+    /// Value of the `pdp-injector.io/injection` label.
+    pub injection: Option<String>,
+    /// Value of the `pod-security.kubernetes.io/enforce` label.
+    pub pss_enforce: Option<String>,
+}
+
+impl NamespaceInfo {
+    /// A namespace known only by name.
+    pub fn named(name: impl Into<String>) -> Self {
+        NamespaceInfo {
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Reads the two labels that matter from a label map.
+    pub fn from_labels<'a>(
+        name: impl Into<String>,
+        labels: impl IntoIterator<Item = (&'a String, &'a String)>,
+    ) -> Self {
+        let mut ns = NamespaceInfo::named(name);
+        for (k, v) in labels {
+            if k == LABEL_NAMESPACE_INJECTION {
+                ns.injection = Some(v.clone());
+            } else if k == LABEL_PSS_ENFORCE {
+                ns.pss_enforce = Some(v.clone());
+            }
+        }
+        ns
+    }
+
+    /// The namespace's enforced Pod Security level, or the config's default when it has none.
+    pub fn pss_level(&self, config: &Config) -> PssLevel {
+        self.pss_enforce
+            .as_deref()
+            .map(PssLevel::from_label)
+            .unwrap_or(config.default_pod_security_level)
+    }
+}
+
+/// The JSON the injector writes into `pdp-injector.io/status`: enough to explain and to re-wire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    /// Mode used.
+    pub mode: Mode,
+    /// Profile used.
+    pub profile: String,
+    /// Reason code of the injection.
+    pub reason: Reason,
+    /// Hash of the config that did it.
+    pub config_hash: String,
+    /// Injector version that did it.
+    pub version: String,
+    /// PDP container added, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sidecar: Option<String>,
+    /// Volumes added.
+    #[serde(default)]
+    pub volumes: Vec<String>,
+    /// App containers wired.
+    #[serde(default)]
+    pub containers: Vec<String>,
+    /// Environment variables added to app containers.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Codes of the warnings given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<WarningCode>,
+}
+
+/// The values of `pdp-injector.io/inject`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PodChoice {
+    Mode(Mode),
+    Enabled,
+    Disabled,
+}
+
+const POD_VALUES: &str = "sidecar, daemonset, enabled, disabled";
+const NAMESPACE_VALUES: &str = "enabled, sidecar, daemonset, disabled";
+
+fn parse_choice(value: &str) -> Option<PodChoice> {
+    match value {
+        "sidecar" => Some(PodChoice::Mode(Mode::Sidecar)),
+        "daemonset" => Some(PodChoice::Mode(Mode::Daemonset)),
+        "enabled" => Some(PodChoice::Enabled),
+        "disabled" => Some(PodChoice::Disabled),
+        _ => None,
+    }
+}
+
+/// What to do with a Pod that gets wired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The wiring.
+    pub mode: Mode,
+    /// The profile's name (present in the config).
+    pub profile: String,
+    /// App containers to wire, in the Pod's order.
+    pub containers: Vec<String>,
+    /// The namespace's Pod Security level.
+    pub pss: PssLevel,
+    /// The status annotation the Pod already carries, when this is a re-wiring.
+    pub previous: Option<Status>,
+    /// Warnings from the decision itself.
+    pub warnings: Vec<Warning>,
+}
+
+/// The decision, before anything is rendered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Wire the Pod.
+    Inject(Plan),
+    /// Leave the Pod alone, for this reason.
+    Skip(Reason, Vec<Warning>),
+    /// Refuse the Pod.
+    Deny(Denial),
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+fn quote_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
+    items
+        .into_iter()
+        .map(|s| format!("{s:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// True when the Pod carries a container named like the PDP container of any profile.
+fn has_pdp_container(pod: &Pod, config: &Config) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .any(|c| config.profiles.values().any(|p| p.container_name == c.name))
+}
+
+/// Applies the precedence table: namespace `disabled` > Pod `disabled` > Pod mode > namespace mode > config default.
+pub fn decide(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Decision {
+    if config.excluded_namespaces.contains(&ns.name) {
+        return Decision::Skip(Reason::ExcludedNamespace, vec![]);
+    }
+    if annotation(pod, ANNOTATION_MIRROR).is_some() {
+        return Decision::Skip(Reason::MirrorPod, vec![]);
+    }
+    if let Some(raw) = annotation(pod, ANNOTATION_STATUS) {
+        return decide_rewire(pod, ns, config, raw);
+    }
+    if has_pdp_container(pod, config) {
+        return Decision::Skip(Reason::AlreadyInjected, vec![]);
+    }
+
+    let ns_choice = ns.injection.as_deref().map(|v| (v, parse_choice(v)));
+    let (pod_key, pod_value) = match annotation(pod, ANNOTATION_INJECT) {
+        Some(v) => (format!("annotation {ANNOTATION_INJECT}"), Some(v)),
+        None => (
+            format!("label {ANNOTATION_INJECT}"),
+            label(pod, ANNOTATION_INJECT),
+        ),
+    };
+
+    if let Some((_, Some(PodChoice::Disabled))) = ns_choice {
+        let mut warnings = vec![];
+        if let Some(v) = pod_value.filter(|v| *v != "disabled") {
+            warnings.push(Warning {
+                code: WarningCode::NamespaceOverride,
+                message: format!(
+                    "the Pod asks for {ANNOTATION_INJECT}={v} but namespace {:?} has {LABEL_NAMESPACE_INJECTION}=disabled, which wins: no PDP is wired",
+                    ns.name
+                ),
+            });
+        }
+        return Decision::Skip(Reason::NamespaceOptedOut, warnings);
+    }
+
+    let pod_choice = match pod_value {
+        None => None,
+        Some(v) => match parse_choice(v) {
+            Some(c) => Some(c),
+            None => {
+                return Decision::Deny(Denial {
+                    reason: Reason::InvalidAnnotation,
+                    message: format!(
+                        "invalid value {v:?} for {pod_key}: valid values are {POD_VALUES}"
+                    ),
+                });
+            }
+        },
+    };
+    if pod_choice == Some(PodChoice::Disabled) {
+        return Decision::Skip(Reason::OptedOut, vec![]);
+    }
+    let ns_choice = match ns_choice {
+        None => None,
+        Some((_, Some(c))) => Some(c),
+        Some((v, None)) => {
+            return Decision::Deny(Denial {
+                reason: Reason::InvalidNamespaceLabel,
+                message: format!(
+                    "namespace {:?} has invalid value {v:?} for label {LABEL_NAMESPACE_INJECTION}: valid values are {NAMESPACE_VALUES}",
+                    ns.name
+                ),
+            });
+        }
+    };
+
+    let mode = match (pod_choice, ns_choice) {
+        (Some(PodChoice::Mode(m)), _) => m,
+        (Some(PodChoice::Enabled), Some(PodChoice::Mode(m))) => m,
+        (Some(PodChoice::Enabled), _) => config.default_mode,
+        (None, Some(PodChoice::Mode(m))) => m,
+        (None, Some(PodChoice::Enabled)) => config.default_mode,
+        (None, _) if config.inject_by_default => config.default_mode,
+        (None, _) => return Decision::Skip(Reason::NotOptedIn, vec![]),
+        (Some(PodChoice::Disabled), _) => unreachable!("handled above"),
+    };
+
+    let profile = match annotation(pod, ANNOTATION_PROFILE) {
+        None => config.default_profile.clone(),
+        Some(p) if config.profiles.contains_key(p) => p.to_string(),
+        Some(p) => {
+            return Decision::Deny(Denial {
+                reason: Reason::UnknownProfile,
+                message: format!(
+                    "unknown profile {p:?} in annotation {ANNOTATION_PROFILE}: valid profiles are {}",
+                    config.profile_names()
+                ),
+            });
+        }
+    };
+    let containers = match select_containers(pod) {
+        Ok(c) => c,
+        Err(d) => return Decision::Deny(d),
+    };
+    Decision::Inject(Plan {
+        mode,
+        profile,
+        containers,
+        pss: ns.pss_level(config),
+        previous: None,
+        warnings: vec![],
+    })
+}
+
+/// A Pod that carries our status annotation was injected before (a reinvocation, or a copied manifest): keep its
+/// recorded mode and profile, and wire only what is missing.
+fn decide_rewire(pod: &Pod, ns: &NamespaceInfo, config: &Config, raw: &str) -> Decision {
+    let unreadable = |why: String| {
+        Decision::Skip(
+            Reason::AlreadyInjected,
+            vec![Warning {
+                code: WarningCode::StatusUnreadable,
+                message: format!("annotation {ANNOTATION_STATUS} {why}; the Pod is left as it is"),
+            }],
+        )
+    };
+    let status: Status = match serde_json::from_str(raw) {
+        Ok(s) => s,
+        Err(e) => return unreadable(format!("is not valid JSON ({e})")),
+    };
+    if !config.profiles.contains_key(&status.profile) {
+        return unreadable(format!(
+            "names profile {:?}, which the config no longer has",
+            status.profile
+        ));
+    }
+    let containers = match select_containers(pod) {
+        Ok(c) => c,
+        Err(d) => return Decision::Deny(d),
+    };
+    Decision::Inject(Plan {
+        mode: status.mode,
+        profile: status.profile.clone(),
+        containers,
+        pss: ns.pss_level(config),
+        previous: Some(status),
+        warnings: vec![],
+    })
+}
+
+/// The app containers to wire: all of them, or those named by the containers annotation.
+fn select_containers(pod: &Pod) -> Result<Vec<String>, Denial> {
+    let names: Vec<&str> = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.iter().map(|c| c.name.as_str()).collect())
+        .unwrap_or_default();
+    let Some(raw) = annotation(pod, ANNOTATION_CONTAINERS) else {
+        return Ok(names.into_iter().map(String::from).collect());
+    };
+    let wanted: Vec<&str> = raw
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if wanted.is_empty() {
+        return Err(Denial {
+            reason: Reason::InvalidAnnotation,
+            message: format!(
+                "invalid value {raw:?} for annotation {ANNOTATION_CONTAINERS}: valid values are a comma-separated list of the Pod's containers: {}",
+                quote_list(names.iter().copied())
+            ),
+        });
+    }
+    let unknown: Vec<&str> = wanted
+        .iter()
+        .copied()
+        .filter(|w| !names.contains(w))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(Denial {
+            reason: Reason::UnknownContainer,
+            message: format!(
+                "annotation {ANNOTATION_CONTAINERS} names {} that the Pod does not have: valid values are the Pod's containers: {}",
+                quote_list(unknown),
+                quote_list(names.iter().copied())
+            ),
+        });
+    }
+    Ok(names
+        .into_iter()
+        .filter(|n| wanted.contains(n))
+        .map(String::from)
+        .collect())
+}

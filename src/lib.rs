@@ -1,0 +1,13 @@
+//! pdp-injector: a Kubernetes mutating admission webhook that wires Pods to a policy decision point, as a native
+//! sidecar or through the node-local PDP of a DaemonSet.
+//!
+//! The core ([`inject::inject`]) is pure and synchronous; the webhook, the offline `inject` command and the tests
+//! all call it.
+
+pub mod admission;
+pub mod config;
+pub mod decision;
+pub mod inject;
+pub mod names;
+pub mod offline;
+pub mod render;

@@ -1,0 +1,35 @@
+//! Every name pdp-injector reads or writes on Kubernetes objects, in one place, so that the contract in
+//! SPEC.md and the code cannot drift apart silently.
+
+/// Prefix of every annotation and label that belongs to pdp-injector.
+pub const PREFIX: &str = "pdp-injector.io/";
+
+/// Pod annotation (or Pod label) that opts a Pod in or out and picks its mode.
+pub const ANNOTATION_INJECT: &str = "pdp-injector.io/inject";
+/// Pod annotation naming an admin-owned profile from the config.
+pub const ANNOTATION_PROFILE: &str = "pdp-injector.io/profile";
+/// Pod annotation listing the app containers to wire (comma separated).
+pub const ANNOTATION_CONTAINERS: &str = "pdp-injector.io/containers";
+/// Annotation the webhook writes on every Pod it injected: JSON describing what it did.
+pub const ANNOTATION_STATUS: &str = "pdp-injector.io/status";
+/// Namespace label that opts a whole namespace in or out and picks its mode.
+pub const LABEL_NAMESPACE_INJECTION: &str = "pdp-injector.io/injection";
+
+/// Namespace label read by the Pod Security admission plugin.
+pub const LABEL_PSS_ENFORCE: &str = "pod-security.kubernetes.io/enforce";
+/// Annotation the kubelet puts on mirror Pods of static Pods: never mutated (the kubelet owns them).
+pub const ANNOTATION_MIRROR: &str = "kubernetes.io/config.mirror";
+/// Cluster-autoscaler annotation listing local volumes that do not block a scale-down.
+pub const ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES: &str =
+    "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes";
+
+/// Volume holding the PDP's Unix socket (hostPath in daemonset mode, in-memory emptyDir in sidecar mode).
+pub const VOLUME_SOCKET: &str = "pdp-injector-socket";
+/// Volume holding the optional mTLS client material mounted into app containers.
+pub const VOLUME_MTLS: &str = "pdp-injector-mtls";
+
+/// Namespaces that are never injected, whatever the config says: the control plane's own.
+pub const ALWAYS_EXCLUDED_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+
+/// Version written into the status annotation, so a Pod tells which injector wired it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
