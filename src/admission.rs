@@ -174,7 +174,10 @@ pub fn review(
         .kind
         .as_ref()
         .is_some_and(|k| k.group.is_empty() && k.version == "v1" && k.kind == "Pod")
-        && request.resource.as_ref().is_none_or(|r| r.resource == "pods")
+        && request
+            .resource
+            .as_ref()
+            .is_none_or(|r| r.resource == "pods")
         && request.sub_resource.is_none_or(str::is_empty)
         && request.operation.as_deref() == Some("CREATE");
 
@@ -184,7 +187,10 @@ pub fn review(
             warnings: vec![],
         }
     } else {
-        match request.object.map(|raw| serde_json::from_str::<Pod>(raw.get())) {
+        match request
+            .object
+            .map(|raw| serde_json::from_str::<Pod>(raw.get()))
+        {
             Some(Ok(pod)) => inject(&pod, &namespace(&ns_name), config),
             Some(Err(e)) => invalid_object(format!("the object is not a valid v1 Pod: {e}")),
             None => invalid_object("the request carries no object".into()),

@@ -382,7 +382,9 @@ impl Config {
                 profiles.keys().cloned().collect::<Vec<_>>().join(", ")
             )));
         }
-        let webhook_namespace = file.webhook_namespace.unwrap_or_else(|| "pdp-system".into());
+        let webhook_namespace = file
+            .webhook_namespace
+            .unwrap_or_else(|| "pdp-system".into());
         let mut excluded: BTreeSet<String> = ALWAYS_EXCLUDED_NAMESPACES
             .iter()
             .map(|s| s.to_string())
@@ -401,7 +403,8 @@ impl Config {
             profiles,
             hash: String::new(),
         };
-        let canonical = serde_json::to_vec(&config).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let canonical =
+            serde_json::to_vec(&config).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let digest = Sha256::digest(&canonical);
         config.hash = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
         Ok(config)
@@ -598,7 +601,10 @@ fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigError> {
         }
         validate_name("port name", &port.name)?;
         if port.name.len() > 15 {
-            return bad(format!("port name {:?} is longer than 15 characters", port.name));
+            return bad(format!(
+                "port name {:?} is longer than 15 characters",
+                port.name
+            ));
         }
     }
     if !p.ports.iter().any(|port| port.port == p.address_port) {
@@ -608,7 +614,10 @@ fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigError> {
         ));
     }
     if !p.health.path.starts_with('/') {
-        return bad(format!("health.path {:?} must start with '/'", p.health.path));
+        return bad(format!(
+            "health.path {:?} must start with '/'",
+            p.health.path
+        ));
     }
     let names = [&p.env_names.host, &p.env_names.address, &p.env_names.socket];
     for n in names.iter().copied().chain(p.env_names.port.as_ref()) {
@@ -625,14 +634,23 @@ fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigError> {
     for (what, path) in [("socket.dir", &p.socket.dir)]
         .into_iter()
         .chain(p.mtls.as_ref().map(|m| ("mtls.mountPath", &m.mount_path)))
-        .chain(p.volumes.iter().map(|v| ("volumes[].mountPath", &v.mount_path)))
+        .chain(
+            p.volumes
+                .iter()
+                .map(|v| ("volumes[].mountPath", &v.mount_path)),
+        )
     {
         if !path.starts_with('/') || path.split('/').any(|seg| seg == "..") {
-            return bad(format!("{what} {path:?} must be an absolute path without '..'"));
+            return bad(format!(
+                "{what} {path:?} must be an absolute path without '..'"
+            ));
         }
     }
     if p.socket.file.is_empty() || p.socket.file.contains('/') {
-        return bad(format!("socket.file {:?} must be a plain file name", p.socket.file));
+        return bad(format!(
+            "socket.file {:?} must be a plain file name",
+            p.socket.file
+        ));
     }
     let mut volume_names = BTreeSet::from([crate::names::VOLUME_SOCKET, crate::names::VOLUME_MTLS]);
     for v in &p.volumes {
@@ -644,7 +662,10 @@ fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigError> {
             ));
         }
         if !volume_names.insert(v.volume.name.as_str()) {
-            return bad(format!("volume name {:?} is used twice or reserved", v.volume.name));
+            return bad(format!(
+                "volume name {:?} is used twice or reserved",
+                v.volume.name
+            ));
         }
     }
     if let Some(m) = &p.mtls {
@@ -805,7 +826,12 @@ mod tests {
         assert_eq!(c.default_profile, "cerbos");
         assert!(!c.inject_by_default);
         assert_eq!(c.profile_names(), "cerbos, flagd");
-        for ns in ["kube-system", "kube-public", "kube-node-lease", "pdp-system"] {
+        for ns in [
+            "kube-system",
+            "kube-public",
+            "kube-node-lease",
+            "pdp-system",
+        ] {
             assert!(c.excluded_namespaces.contains(ns), "{ns}");
         }
         assert_eq!(c.hash.len(), 12);
@@ -830,13 +856,18 @@ mod tests {
     #[test]
     fn wrong_type_names_its_path() {
         let err = Config::from_yaml("defaultMode: sidecars\n").unwrap_err();
-        assert!(err.to_string().starts_with("config key defaultMode:"), "{err}");
+        assert!(
+            err.to_string().starts_with("config key defaultMode:"),
+            "{err}"
+        );
     }
 
     #[test]
     fn overlay_keeps_builtin_fields_and_changes_the_hash() {
-        let c = Config::from_yaml("defaultMode: sidecar\nprofiles:\n  cerbos:\n    image: registry.local/cerbos:1\n")
-            .unwrap();
+        let c = Config::from_yaml(
+            "defaultMode: sidecar\nprofiles:\n  cerbos:\n    image: registry.local/cerbos:1\n",
+        )
+        .unwrap();
         assert_eq!(c.default_mode, Mode::Sidecar);
         let p = &c.profiles["cerbos"];
         assert_eq!(p.image, "registry.local/cerbos:1");
@@ -851,10 +882,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.profiles["cerbos-tenant"].container_name, "tenant-pdp");
-        let err = Config::from_yaml("profiles:\n  opa:\n    image: openpolicyagent/opa\n").unwrap_err();
-        assert!(err.to_string().contains("profile \"opa\" has no ports"), "{err}");
+        let err =
+            Config::from_yaml("profiles:\n  opa:\n    image: openpolicyagent/opa\n").unwrap_err();
+        assert!(
+            err.to_string().contains("profile \"opa\" has no ports"),
+            "{err}"
+        );
         let err = Config::from_yaml("profiles:\n  x:\n    extends: nope\n").unwrap_err();
-        assert!(err.to_string().contains("unknown profile \"nope\""), "{err}");
+        assert!(
+            err.to_string().contains("unknown profile \"nope\""),
+            "{err}"
+        );
     }
 
     #[test]
@@ -877,8 +915,10 @@ mod tests {
 
     #[test]
     fn admin_security_context_keeps_the_hardening_it_does_not_mention() {
-        let c = Config::from_yaml("profiles:\n  cerbos:\n    securityContext:\n      runAsUser: 4242\n")
-            .unwrap();
+        let c = Config::from_yaml(
+            "profiles:\n  cerbos:\n    securityContext:\n      runAsUser: 4242\n",
+        )
+        .unwrap();
         let sc = &c.profiles["cerbos"].security_context;
         assert_eq!(sc.run_as_user, Some(4242));
         assert!(restricted_violations(sc).is_empty());

@@ -277,7 +277,7 @@ pub struct Plan {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Wire the Pod.
-    Inject(Plan),
+    Inject(Box<Plan>),
     /// Leave the Pod alone, for this reason.
     Skip(Reason, Vec<Warning>),
     /// Refuse the Pod.
@@ -412,18 +412,18 @@ pub fn decide(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Decision {
             });
         }
     };
-    let containers = match select_containers(pod) {
+    let containers = match select_containers(pod, config) {
         Ok(c) => c,
         Err(d) => return Decision::Deny(d),
     };
-    Decision::Inject(Plan {
+    Decision::Inject(Box::new(Plan {
         mode,
         profile,
         containers,
         pss: ns.pss_level(config),
         previous: None,
         warnings: vec![],
-    })
+    }))
 }
 
 /// A Pod that carries our status annotation was injected before (a reinvocation, or a copied manifest): keep its
@@ -448,26 +448,33 @@ fn decide_rewire(pod: &Pod, ns: &NamespaceInfo, config: &Config, raw: &str) -> D
             status.profile
         ));
     }
-    let containers = match select_containers(pod) {
+    let containers = match select_containers(pod, config) {
         Ok(c) => c,
         Err(d) => return Decision::Deny(d),
     };
-    Decision::Inject(Plan {
+    Decision::Inject(Box::new(Plan {
         mode: status.mode,
         profile: status.profile.clone(),
         containers,
         pss: ns.pss_level(config),
         previous: Some(status),
         warnings: vec![],
-    })
+    }))
 }
 
-/// The app containers to wire: all of them, or those named by the containers annotation.
-fn select_containers(pod: &Pod) -> Result<Vec<String>, Denial> {
+/// The app containers to wire: all of them, or those named by the containers annotation. A PDP container (a
+/// classic sidecar lives among `containers`) is never an app container.
+fn select_containers(pod: &Pod, config: &Config) -> Result<Vec<String>, Denial> {
     let names: Vec<&str> = pod
         .spec
         .as_ref()
-        .map(|s| s.containers.iter().map(|c| c.name.as_str()).collect())
+        .map(|s| {
+            s.containers
+                .iter()
+                .map(|c| c.name.as_str())
+                .filter(|n| !config.profiles.values().any(|p| p.container_name == *n))
+                .collect()
+        })
         .unwrap_or_default();
     let Some(raw) = annotation(pod, ANNOTATION_CONTAINERS) else {
         return Ok(names.into_iter().map(String::from).collect());

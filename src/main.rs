@@ -9,7 +9,11 @@ use pdp_injector::config::Config;
 use pdp_injector::offline;
 
 #[derive(Parser)]
-#[command(name = "pdp-injector", version, about = "Wires Kubernetes Pods to a policy decision point (sidecar or node-local DaemonSet)")]
+#[command(
+    name = "pdp-injector",
+    version,
+    about = "Wires Kubernetes Pods to a policy decision point (sidecar or node-local DaemonSet)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -24,7 +28,12 @@ enum Command {
 #[derive(Args)]
 struct InjectArgs {
     /// File to read, or `-` for standard input.
-    #[arg(short = 'f', long = "filename", env = "PDP_INJECTOR_INPUT", default_value = "-")]
+    #[arg(
+        short = 'f',
+        long = "filename",
+        env = "PDP_INJECTOR_INPUT",
+        default_value = "-"
+    )]
     file: String,
     /// Namespace default for documents whose namespace the stream does not label: enabled, sidecar, daemonset or
     /// disabled (as the namespace label pdp-injector.io/injection).
@@ -78,7 +87,10 @@ fn run_inject(args: InjectArgs) -> anyhow::Result<()> {
     let mut injected = 0;
     for r in &reports {
         for w in &r.warnings {
-            eprintln!("warning: document {} ({} {:?}): {w}", r.index, r.kind, r.name);
+            eprintln!(
+                "warning: document {} ({} {:?}): {w}",
+                r.index, r.kind, r.name
+            );
         }
         if matches!(
             r.reason.map(|r| r.code()),

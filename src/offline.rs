@@ -59,7 +59,11 @@ pub enum OfflineError {
 fn template_pointer(kind: &str) -> Option<&'static str> {
     match kind {
         "Pod" => Some(""),
-        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job"
+        "Deployment"
+        | "StatefulSet"
+        | "DaemonSet"
+        | "ReplicaSet"
+        | "Job"
         | "ReplicationController" => Some("/spec/template"),
         "CronJob" => Some("/spec/jobTemplate/spec/template"),
         "PodTemplate" => Some("/template"),
@@ -155,7 +159,12 @@ fn collect_namespaces(doc: &Value, out: &mut HashMap<String, NamespaceInfo>) {
             );
         }
         "List" => {
-            for item in doc.get("items").and_then(Value::as_array).into_iter().flatten() {
+            for item in doc
+                .get("items")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 collect_namespaces(item, out);
             }
         }

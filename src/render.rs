@@ -7,8 +7,7 @@
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
-    HostPathVolumeSource, ObjectFieldSelector, Pod, Probe, SecretVolumeSource, Volume,
-    VolumeMount,
+    HostPathVolumeSource, ObjectFieldSelector, Pod, Probe, SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -79,7 +78,10 @@ fn same_env(a: &EnvVar, b: &EnvVar) -> bool {
 }
 
 fn describe_env(e: &EnvVar) -> String {
-    match (&e.value, e.value_from.as_ref().and_then(|v| v.field_ref.as_ref())) {
+    match (
+        &e.value,
+        e.value_from.as_ref().and_then(|v| v.field_ref.as_ref()),
+    ) {
         (_, Some(f)) => format!("from {}", f.field_path),
         (Some(v), None) => format!("{v:?}"),
         (None, None) => "\"\"".into(),
@@ -256,7 +258,7 @@ fn ensure_env(
             Some(e) => warnings.push(Warning {
                 code: WarningCode::EnvKept,
                 message: format!(
-                    "container {:?} keeps its own {} ({}) instead of the injected {}",
+                    "container {:?} keeps its own {} ({}) instead of the injected value ({})",
                     container.name,
                     var.name,
                     describe_env(e),
@@ -362,8 +364,10 @@ pub fn render(pod: &Pod, plan: &Plan, config: &Config) -> Result<Rendered, Denia
     }
 
     let ours = app_env(profile, plan.mode, with_socket);
-    let dependent = (plan.mode == Mode::Daemonset)
-        .then_some((profile.env_names.address.as_str(), profile.env_names.host.as_str()));
+    let dependent = (plan.mode == Mode::Daemonset).then_some((
+        profile.env_names.address.as_str(),
+        profile.env_names.host.as_str(),
+    ));
     let mut wired = Vec::new();
     for container in spec.containers.iter_mut() {
         if !plan.containers.contains(&container.name)
@@ -435,7 +439,10 @@ pub fn render(pod: &Pod, plan: &Plan, config: &Config) -> Result<Rendered, Denia
         },
     };
     if previous.is_none() || !wired.is_empty() {
-        let annotations = out.metadata.annotations.get_or_insert_with(Default::default);
+        let annotations = out
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
         annotations.insert(
             ANNOTATION_STATUS.into(),
             serde_json::to_string(&status).expect("status serializes"),

@@ -1,0 +1,168 @@
+//! Golden files: every `tests/golden/<dir>/<case>.in.yaml` goes through the offline injector (the same core as
+//! the webhook) with the directory's `config.yaml` and `options.yaml`, and must produce `<case>.out.yaml` exactly.
+//! Refresh with `UPDATE_GOLDEN=1 cargo test --test golden` and review the diff as a reviewer would.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use pdp_injector::config::Config;
+use pdp_injector::offline::{self, Options};
+
+fn golden_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+fn load_dir(dir: &Path) -> (Config, Options) {
+    let config_path = dir.join("config.yaml");
+    let config = if config_path.exists() {
+        Config::load(&config_path).unwrap_or_else(|e| panic!("{}: {e}", config_path.display()))
+    } else {
+        Config::builtin()
+    };
+    let mut options = Options::default();
+    let options_path = dir.join("options.yaml");
+    if options_path.exists() {
+        let v: serde_json::Value =
+            serde_saphyr::from_str(&fs::read_to_string(&options_path).unwrap()).unwrap();
+        options.mode = v.get("mode").and_then(|m| m.as_str()).map(String::from);
+        options.default_namespace = v
+            .get("namespace")
+            .and_then(|m| m.as_str())
+            .map(String::from);
+    }
+    (config, options)
+}
+
+/// Renders what the golden file holds for one input: a commented report, then the output stream.
+fn render_case(input: &str, config: &Config, options: &Options) -> String {
+    match offline::inject_stream(input, config, options) {
+        Err(e) => format!("# error: {e}\n"),
+        Ok((output, reports)) => {
+            let mut text = String::new();
+            for r in &reports {
+                let what = r.reason.map(|r| r.code()).unwrap_or("passed through");
+                writeln!(
+                    text,
+                    "# document {} ({} {:?}): {what}",
+                    r.index, r.kind, r.name
+                )
+                .unwrap();
+                for w in &r.warnings {
+                    writeln!(text, "#   warning: {w}").unwrap();
+                }
+            }
+            text.push_str(&output);
+            text
+        }
+    }
+}
+
+pub fn cases() -> Vec<(PathBuf, PathBuf)> {
+    let mut cases = Vec::new();
+    for dir in fs::read_dir(golden_root()).unwrap() {
+        let dir = dir.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        for f in fs::read_dir(&dir).unwrap() {
+            let f = f.unwrap().path();
+            let name = f.file_name().unwrap().to_string_lossy().to_string();
+            if let Some(stem) = name.strip_suffix(".in.yaml") {
+                cases.push((f.clone(), dir.join(format!("{stem}.out.yaml"))));
+            }
+        }
+    }
+    cases.sort();
+    cases
+}
+
+#[test]
+fn golden_files_match() {
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let cases = cases();
+    assert!(cases.len() >= 25, "only {} golden cases", cases.len());
+    let mut failures = Vec::new();
+    for (input_path, expected_path) in &cases {
+        let (config, options) = load_dir(input_path.parent().unwrap());
+        let input = fs::read_to_string(input_path).unwrap();
+        let actual = render_case(&input, &config, &options);
+        if update {
+            fs::write(expected_path, &actual).unwrap();
+            continue;
+        }
+        let expected = fs::read_to_string(expected_path).unwrap_or_default();
+        if expected != actual {
+            failures.push(format!(
+                "{} differs from {}:\n--- expected\n{expected}\n--- actual\n{actual}",
+                input_path.display(),
+                expected_path.display()
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} golden mismatches (refresh with UPDATE_GOLDEN=1 after review):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn golden_outputs_are_fixed_points() {
+    // Injecting the output again changes nothing: the webhook on its own output gives an empty patch.
+    for (input_path, _) in cases() {
+        let (config, options) = load_dir(input_path.parent().unwrap());
+        let input = fs::read_to_string(&input_path).unwrap();
+        let Ok((once, _)) = offline::inject_stream(&input, &config, &options) else {
+            continue;
+        };
+        let (twice, reports) = offline::inject_stream(&once, &config, &options)
+            .unwrap_or_else(|e| panic!("{}: second pass failed: {e}", input_path.display()));
+        assert_eq!(
+            once,
+            twice,
+            "{}: second pass changed the output",
+            input_path.display()
+        );
+        for r in reports {
+            if let Some(reason) = r.reason {
+                assert!(
+                    !matches!(
+                        reason.code(),
+                        "injected_sidecar" | "injected_daemonset" | "rewired"
+                    ),
+                    "{}: second pass injected document {}",
+                    input_path.display(),
+                    r.index
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn golden_outputs_keep_every_input_field() {
+    for (input_path, _) in cases() {
+        let (config, options) = load_dir(input_path.parent().unwrap());
+        let input = fs::read_to_string(&input_path).unwrap();
+        let Ok((output, _)) = offline::inject_stream(&input, &config, &options) else {
+            continue;
+        };
+        let before = offline::parse_stream(&input).unwrap();
+        let after = offline::parse_stream(&output).unwrap();
+        assert_eq!(before.len(), after.len(), "{}", input_path.display());
+        for (b, a) in before.iter().zip(&after) {
+            if let Err(path) = common::contains(a, b, "") {
+                panic!(
+                    "{}: input field {path} lost or changed",
+                    input_path.display()
+                );
+            }
+        }
+    }
+}
+
+mod common {
+    include!("common/contains.rs");
+}

@@ -1,0 +1,221 @@
+//! The precedence table of SPEC.md, row by row:
+//! namespace `disabled` > Pod `disabled` > Pod mode > namespace mode > config default.
+
+use k8s_openapi::api::core::v1::Pod;
+use pdp_injector::config::{Config, Mode};
+use pdp_injector::decision::{Decision, NamespaceInfo, Reason, decide};
+
+fn pod(annotation: Option<&str>, label: Option<&str>) -> Pod {
+    let mut meta = serde_json::json!({"name": "p"});
+    if let Some(a) = annotation {
+        meta["annotations"] = serde_json::json!({"pdp-injector.io/inject": a});
+    }
+    if let Some(l) = label {
+        meta["labels"] = serde_json::json!({"pdp-injector.io/inject": l});
+    }
+    serde_json::from_value(serde_json::json!({
+        "metadata": meta,
+        "spec": {"containers": [{"name": "app", "image": "x"}]}
+    }))
+    .unwrap()
+}
+
+fn ns(label: Option<&str>) -> NamespaceInfo {
+    NamespaceInfo {
+        name: "team".into(),
+        injection: label.map(String::from),
+        pss_enforce: None,
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum Want {
+    Inject(Mode),
+    Skip(Reason),
+    Deny(Reason),
+}
+
+fn run(ns_label: Option<&str>, pod_value: Option<&str>, config: &Config) -> Want {
+    match decide(&pod(pod_value, None), &ns(ns_label), config) {
+        Decision::Inject(plan) => Want::Inject(plan.mode),
+        Decision::Skip(r, _) => Want::Skip(r),
+        Decision::Deny(d) => Want::Deny(d.reason),
+    }
+}
+
+#[test]
+fn precedence_table() {
+    use Mode::*;
+    use Want::*;
+    let config = Config::builtin(); // default mode daemonset, opt-in only
+    let rows: &[(Option<&str>, Option<&str>, Want)] = &[
+        // namespace disabled wins over everything
+        (
+            Some("disabled"),
+            Some("sidecar"),
+            Skip(Reason::NamespaceOptedOut),
+        ),
+        (
+            Some("disabled"),
+            Some("daemonset"),
+            Skip(Reason::NamespaceOptedOut),
+        ),
+        (
+            Some("disabled"),
+            Some("enabled"),
+            Skip(Reason::NamespaceOptedOut),
+        ),
+        (
+            Some("disabled"),
+            Some("bogus"),
+            Skip(Reason::NamespaceOptedOut),
+        ),
+        (Some("disabled"), None, Skip(Reason::NamespaceOptedOut)),
+        // Pod disabled wins over namespace modes
+        (Some("enabled"), Some("disabled"), Skip(Reason::OptedOut)),
+        (Some("sidecar"), Some("disabled"), Skip(Reason::OptedOut)),
+        (Some("daemonset"), Some("disabled"), Skip(Reason::OptedOut)),
+        (None, Some("disabled"), Skip(Reason::OptedOut)),
+        // Pod mode wins over namespace mode
+        (Some("daemonset"), Some("sidecar"), Inject(Sidecar)),
+        (Some("sidecar"), Some("daemonset"), Inject(Daemonset)),
+        (Some("enabled"), Some("sidecar"), Inject(Sidecar)),
+        (None, Some("sidecar"), Inject(Sidecar)),
+        (None, Some("daemonset"), Inject(Daemonset)),
+        // Pod enabled: namespace mode, else config default
+        (Some("sidecar"), Some("enabled"), Inject(Sidecar)),
+        (Some("daemonset"), Some("enabled"), Inject(Daemonset)),
+        (Some("enabled"), Some("enabled"), Inject(Daemonset)),
+        (None, Some("enabled"), Inject(Daemonset)),
+        // No Pod value: namespace decides
+        (Some("sidecar"), None, Inject(Sidecar)),
+        (Some("daemonset"), None, Inject(Daemonset)),
+        (Some("enabled"), None, Inject(Daemonset)),
+        (None, None, Skip(Reason::NotOptedIn)),
+        // Invalid values are denied, not guessed
+        (None, Some("Sidecar"), Deny(Reason::InvalidAnnotation)),
+        (
+            Some("enabled"),
+            Some("true"),
+            Deny(Reason::InvalidAnnotation),
+        ),
+        (Some("yes"), None, Deny(Reason::InvalidNamespaceLabel)),
+        (
+            Some("yes"),
+            Some("sidecar"),
+            Deny(Reason::InvalidNamespaceLabel),
+        ),
+        (Some("yes"), Some("disabled"), Skip(Reason::OptedOut)),
+    ];
+    for (ns_label, pod_value, want) in rows {
+        assert_eq!(
+            &run(*ns_label, *pod_value, &config),
+            want,
+            "namespace {ns_label:?}, Pod {pod_value:?}"
+        );
+    }
+}
+
+#[test]
+fn config_default_mode_and_inject_by_default() {
+    let config = Config::from_yaml("defaultMode: sidecar\ninjectByDefault: true\n").unwrap();
+    assert_eq!(run(None, None, &config), Want::Inject(Mode::Sidecar));
+    assert_eq!(
+        run(Some("enabled"), None, &config),
+        Want::Inject(Mode::Sidecar)
+    );
+    assert_eq!(
+        run(Some("daemonset"), None, &config),
+        Want::Inject(Mode::Daemonset)
+    );
+    assert_eq!(
+        run(None, Some("disabled"), &config),
+        Want::Skip(Reason::OptedOut)
+    );
+    assert_eq!(
+        run(Some("disabled"), None, &config),
+        Want::Skip(Reason::NamespaceOptedOut)
+    );
+}
+
+#[test]
+fn annotation_beats_label_of_the_same_key() {
+    let config = Config::builtin();
+    let decision = decide(&pod(Some("daemonset"), Some("sidecar")), &ns(None), &config);
+    assert!(matches!(decision, Decision::Inject(p) if p.mode == Mode::Daemonset));
+    let decision = decide(&pod(None, Some("sidecar")), &ns(None), &config);
+    assert!(matches!(decision, Decision::Inject(p) if p.mode == Mode::Sidecar));
+    let Decision::Deny(d) = decide(&pod(None, Some("on")), &ns(None), &config) else {
+        panic!("invalid label value not denied");
+    };
+    assert!(
+        d.message.contains("label pdp-injector.io/inject"),
+        "{}",
+        d.message
+    );
+    assert!(d.message.contains("\"on\""), "{}", d.message);
+    assert!(
+        d.message.contains("sidecar, daemonset, enabled, disabled"),
+        "{}",
+        d.message
+    );
+}
+
+#[test]
+fn denial_messages_name_key_value_and_valid_values() {
+    let config = Config::builtin();
+    let Decision::Deny(d) = decide(&pod(Some("sidecars"), None), &ns(None), &config) else {
+        panic!()
+    };
+    assert_eq!(
+        d.message,
+        "invalid value \"sidecars\" for annotation pdp-injector.io/inject: valid values are sidecar, daemonset, enabled, disabled"
+    );
+    assert_eq!(d.reason.code(), "invalid_annotation");
+}
+
+#[test]
+fn excluded_namespaces_and_mirror_pods_come_first() {
+    let config = Config::builtin();
+    for name in [
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+        "pdp-system",
+    ] {
+        let mut n = ns(Some("sidecar"));
+        n.name = name.into();
+        // even an invalid Pod value is not looked at in an excluded namespace
+        let d = decide(&pod(Some("bogus"), None), &n, &config);
+        assert_eq!(
+            d,
+            Decision::Skip(Reason::ExcludedNamespace, vec![]),
+            "{name}"
+        );
+    }
+    let mut mirror = pod(Some("sidecar"), None);
+    mirror
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("kubernetes.io/config.mirror".into(), "x".into());
+    assert_eq!(
+        decide(&mirror, &ns(None), &config),
+        Decision::Skip(Reason::MirrorPod, vec![])
+    );
+}
+
+#[test]
+fn reason_codes_are_unique_snake_case() {
+    let mut seen = std::collections::BTreeSet::new();
+    for r in Reason::ALL {
+        let code = r.code();
+        assert!(
+            code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+            "{code}"
+        );
+        assert!(seen.insert(code), "duplicate {code}");
+        assert_eq!(serde_json::to_value(r).unwrap(), serde_json::json!(code));
+    }
+}

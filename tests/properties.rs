@@ -1,0 +1,315 @@
+//! Properties of the core over generated Pods and namespaces (a seeded generator, so failures reproduce):
+//! injecting twice changes nothing, the patch applied to the input gives the rendered Pod, every input field
+//! survives, and what is injected meets Pod Security `restricted`.
+
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, Volume, VolumeMount};
+use pdp_injector::config::{Config, restricted_violations};
+use pdp_injector::decision::{NamespaceInfo, Reason};
+use pdp_injector::inject::{Outcome, inject};
+use std::collections::BTreeMap;
+
+mod common {
+    include!("common/contains.rs");
+}
+
+/// xorshift64*: small, seeded, good enough to vary Pods.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len() as u64) as usize]
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+const ODD_VALUES: &[&str] = &[
+    "plain",
+    "with \"quotes\"",
+    "multi\nline",
+    "{\"json\": [1,2]}",
+    "key: yaml\n- list",
+    "~/a/b~1",
+    "$(CERBOS_PDP_ADDR)/v1",
+    "",
+];
+
+fn gen_pod(rng: &mut Rng) -> Pod {
+    let mut annotations = BTreeMap::new();
+    let mut labels = BTreeMap::new();
+    labels.insert("app".to_string(), "gen".to_string());
+    if rng.chance(60) {
+        annotations.insert(
+            "pdp-injector.io/inject".to_string(),
+            rng.pick(&["sidecar", "daemonset", "enabled", "disabled"])
+                .to_string(),
+        );
+    } else if rng.chance(20) {
+        labels.insert(
+            "pdp-injector.io/inject".to_string(),
+            rng.pick(&["sidecar", "daemonset", "enabled"]).to_string(),
+        );
+    }
+    if rng.chance(30) {
+        annotations.insert(
+            "pdp-injector.io/profile".into(),
+            rng.pick(&["cerbos", "flagd"]).into(),
+        );
+    }
+    for i in 0..rng.below(3) {
+        annotations.insert(
+            format!("example.com/odd~key/{i}"),
+            rng.pick(ODD_VALUES).into(),
+        );
+    }
+    let n = 1 + rng.below(3);
+    let mut containers = Vec::new();
+    for i in 0..n {
+        let mut env = Vec::new();
+        for j in 0..rng.below(4) {
+            env.push(EnvVar {
+                name: format!("VAR_{i}_{j}"),
+                value: Some(rng.pick(ODD_VALUES).into()),
+                value_from: None,
+            });
+        }
+        if rng.chance(10) {
+            env.push(EnvVar {
+                name: "CERBOS_PDP_ADDR".into(),
+                value: Some("custom:1".into()),
+                value_from: None,
+            });
+        }
+        let mounts = if rng.chance(40) {
+            Some(vec![VolumeMount {
+                name: "data".into(),
+                mount_path: format!("/data/{i}"),
+                ..Default::default()
+            }])
+        } else {
+            None
+        };
+        containers.push(Container {
+            name: format!("c{i}"),
+            image: Some("registry.example/app:1".into()),
+            env: (!env.is_empty() || rng.chance(20)).then_some(env),
+            volume_mounts: mounts,
+            ..Default::default()
+        });
+    }
+    if rng.chance(25) {
+        let names: Vec<String> = containers
+            .iter()
+            .filter(|_| rng.chance(60))
+            .map(|c| c.name.clone())
+            .collect();
+        if !names.is_empty() {
+            annotations.insert("pdp-injector.io/containers".into(), names.join(","));
+        }
+    }
+    let init = rng.chance(30).then(|| {
+        vec![Container {
+            name: "init".into(),
+            image: Some("registry.example/init:1".into()),
+            ..Default::default()
+        }]
+    });
+    Pod {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("gen".into()),
+            annotations: (!annotations.is_empty() || rng.chance(20)).then_some(annotations),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers,
+            init_containers: init,
+            volumes: rng.chance(50).then(|| {
+                vec![Volume {
+                    name: "data".into(),
+                    empty_dir: Some(Default::default()),
+                    ..Default::default()
+                }]
+            }),
+            host_network: rng.chance(5).then_some(true),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn gen_namespace(rng: &mut Rng) -> NamespaceInfo {
+    let mut ns = NamespaceInfo::named(rng.pick(&["shop", "team-a", "kube-system"]));
+    if rng.chance(40) {
+        ns.injection = Some(
+            rng.pick(&["enabled", "sidecar", "daemonset", "disabled"])
+                .to_string(),
+        );
+    }
+    if rng.chance(40) {
+        ns.pss_enforce = Some(
+            rng.pick(&["privileged", "baseline", "restricted"])
+                .to_string(),
+        );
+    }
+    ns
+}
+
+#[test]
+fn generated_pods_hold_the_core_properties() {
+    let config = Config::builtin();
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut injected = 0;
+    let mut seen = std::collections::BTreeSet::new();
+    for case in 0..3000 {
+        let pod = gen_pod(&mut rng);
+        let ns = gen_namespace(&mut rng);
+        let outcome = inject(&pod, &ns, &config);
+        seen.insert(outcome.reason().code());
+        let Outcome::Injected(done) = outcome else {
+            continue;
+        };
+        injected += 1;
+        let ctx = || format!("case {case}: {pod:?} in {ns:?}");
+
+        // The patch applied to the input is exactly the rendered Pod.
+        let mut patched = serde_json::to_value(&pod).unwrap();
+        json_patch::patch(&mut patched, &done.patch).unwrap_or_else(|e| panic!("{e}: {}", ctx()));
+        assert_eq!(
+            patched,
+            serde_json::to_value(&done.pod).unwrap(),
+            "{}",
+            ctx()
+        );
+
+        // Every input field survives.
+        let input = serde_json::to_value(&pod).unwrap();
+        if let Err(path) = common::contains(&patched, &input, "") {
+            panic!("{path} lost: {}", ctx());
+        }
+
+        // Idempotent: the output injected again yields nothing to do.
+        match inject(&done.pod, &ns, &config) {
+            Outcome::Skipped {
+                reason: Reason::AlreadyInjected,
+                ..
+            } => {}
+            other => panic!("second pass gave {:?}: {}", other.reason(), ctx()),
+        }
+
+        // Safe output: injected containers meet restricted, and the only hostPath is the socket dir.
+        let spec = done.pod.spec.as_ref().unwrap();
+        let original: Vec<&str> = pod
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers
+            .iter()
+            .chain(pod.spec.as_ref().unwrap().init_containers.iter().flatten())
+            .map(|c| c.name.as_str())
+            .collect();
+        for c in spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+        {
+            if original.contains(&c.name.as_str()) {
+                continue;
+            }
+            let sc = c
+                .security_context
+                .as_ref()
+                .expect("injected container has a securityContext");
+            assert!(restricted_violations(sc).is_empty(), "{}", ctx());
+        }
+        for v in spec.volumes.iter().flatten() {
+            if let Some(hp) = &v.host_path {
+                assert_eq!(v.name, "pdp-injector-socket");
+                assert!(
+                    hp.path == "/var/run/cerbos" || hp.path == "/var/run/flagd",
+                    "{}",
+                    ctx()
+                );
+                assert!(
+                    ns.pss_enforce.as_deref().is_none_or(|l| l == "privileged"),
+                    "hostPath under Pod Security {:?}: {}",
+                    ns.pss_enforce,
+                    ctx()
+                );
+            }
+        }
+        // Patch paths are JSON pointers into metadata or spec only.
+        for op in &done.patch.0 {
+            let v = serde_json::to_value(op).unwrap();
+            let path = v["path"].as_str().unwrap();
+            assert!(
+                path.starts_with("/metadata/") || path.starts_with("/spec/"),
+                "{path}"
+            );
+        }
+    }
+    assert!(
+        injected > 500,
+        "only {injected} generated Pods were injected"
+    );
+    for code in [
+        "injected_sidecar",
+        "injected_daemonset",
+        "excluded_namespace",
+        "opted_out",
+        "not_opted_in",
+    ] {
+        assert!(
+            seen.contains(code),
+            "generator never produced {code}: {seen:?}"
+        );
+    }
+}
+
+#[test]
+fn annotation_values_never_change_the_patch_structure() {
+    // Whatever a user writes into annotation values, the patch only ever touches the same paths.
+    let config = Config::builtin();
+    let ns = NamespaceInfo::named("shop");
+    let mut shapes = std::collections::BTreeSet::new();
+    for value in ODD_VALUES {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "annotations": {
+                "pdp-injector.io/inject": "daemonset",
+                "note": value,
+                "a/b~c": value,
+            }},
+            "spec": {"containers": [{"name": "app", "image": "x", "env": [{"name": "V", "value": value}]}]}
+        }))
+        .unwrap();
+        let Outcome::Injected(done) = inject(&pod, &ns, &config) else {
+            panic!("not injected for {value:?}");
+        };
+        let paths: Vec<String> = done
+            .patch
+            .0
+            .iter()
+            .map(|op| {
+                serde_json::to_value(op).unwrap()["path"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        shapes.insert(paths);
+    }
+    assert_eq!(
+        shapes.len(),
+        1,
+        "patch paths vary with annotation values: {shapes:?}"
+    );
+}
