@@ -75,6 +75,27 @@ impl Reason {
         }
     }
 
+    /// `inject`, `skip` or `deny`: the decision each reason belongs to.
+    pub fn decision(self) -> &'static str {
+        match self {
+            Reason::InjectedSidecar | Reason::InjectedDaemonset | Reason::Rewired => "inject",
+            Reason::NotAPodCreate
+            | Reason::ExcludedNamespace
+            | Reason::MirrorPod
+            | Reason::AlreadyInjected
+            | Reason::NotOptedIn
+            | Reason::OptedOut
+            | Reason::NamespaceOptedOut => "skip",
+            Reason::InvalidAnnotation
+            | Reason::InvalidNamespaceLabel
+            | Reason::UnknownProfile
+            | Reason::UnknownContainer
+            | Reason::NameCollision
+            | Reason::HostNetworkSidecar
+            | Reason::InvalidObject => "deny",
+        }
+    }
+
     /// Every reason, for documentation and for metrics that must show zeros.
     pub const ALL: [Reason; 17] = [
         Reason::InjectedSidecar,

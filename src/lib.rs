@@ -5,9 +5,14 @@
 //! all call it.
 
 pub mod admission;
+pub mod certs;
 pub mod config;
 pub mod decision;
 pub mod inject;
+pub mod metrics;
 pub mod names;
+pub mod namespaces;
 pub mod offline;
 pub mod render;
+pub mod server;
+pub mod tls;

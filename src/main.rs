@@ -4,9 +4,16 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use pdp_injector::config::Config;
-use pdp_injector::offline;
+use pdp_injector::namespaces::NoCluster;
+use pdp_injector::server::{self, ServeOptions, TlsSource, parse_duration};
+use pdp_injector::tls::{TlsFiles, TlsMaterial};
+use pdp_injector::{certs, offline, tls};
 
 #[derive(Parser)]
 #[command(
@@ -21,8 +28,204 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the HTTPS admission webhook (/mutate, /healthz, /readyz, /metrics).
+    Serve(ServeArgs),
     /// Inject a multi-document YAML stream offline and print the result.
     Inject(InjectArgs),
+    /// Generate a CA and a serving certificate for the webhook Service.
+    Certs(CertsArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration(s).ok_or_else(|| format!("invalid duration {s:?} (examples: 500ms, 10s, 2m)"))
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "PDP_INJECTOR_LISTEN", default_value = "0.0.0.0:8443")]
+    listen: SocketAddr,
+    /// Serving certificate chain (PEM). Without --cert and --key, a self-signed CA and certificate are generated.
+    #[arg(long, env = "PDP_INJECTOR_CERT", requires = "key")]
+    cert: Option<PathBuf>,
+    /// Private key of the serving certificate (PEM).
+    #[arg(long, env = "PDP_INJECTOR_KEY", requires = "cert")]
+    key: Option<PathBuf>,
+    /// CA for client certificates: when set, clients without a valid certificate are refused (mTLS).
+    #[arg(long, env = "PDP_INJECTOR_CLIENT_CA")]
+    client_ca: Option<PathBuf>,
+    /// Config file (YAML), reloaded when it changes; the built-in config when absent.
+    #[arg(long, env = "PDP_INJECTOR_CONFIG")]
+    config: Option<PathBuf>,
+    /// Log format.
+    #[arg(
+        long,
+        env = "PDP_INJECTOR_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: LogFormat,
+    /// Where the self-signed CA and certificate are written when no --cert/--key are given.
+    #[arg(long, env = "PDP_INJECTOR_SELF_SIGNED_DIR", default_value_os_t = std::env::temp_dir().join("pdp-injector"))]
+    self_signed_dir: PathBuf,
+    /// Admission requests answered at once; more get a fast 503.
+    #[arg(long, env = "PDP_INJECTOR_MAX_IN_FLIGHT", default_value_t = 256)]
+    max_in_flight: usize,
+    /// Largest accepted request body, in bytes.
+    #[arg(long, env = "PDP_INJECTOR_BODY_LIMIT", default_value_t = server::DEFAULT_BODY_LIMIT)]
+    body_limit: usize,
+    /// Upper bound on one request (the apiserver's ?timeout= lowers it).
+    #[arg(long, env = "PDP_INJECTOR_REQUEST_TIMEOUT", default_value = "10s", value_parser = duration)]
+    request_timeout: Duration,
+    /// Bound on TLS handshakes and on reading request headers.
+    #[arg(long, env = "PDP_INJECTOR_HANDSHAKE_TIMEOUT", default_value = "5s", value_parser = duration)]
+    handshake_timeout: Duration,
+    /// How often certificate and config files are checked for changes.
+    #[arg(long, env = "PDP_INJECTOR_RELOAD_INTERVAL", default_value = "2s", value_parser = duration)]
+    reload_interval: Duration,
+    /// After SIGTERM, keep answering (while not ready) this long before draining.
+    #[arg(long, env = "PDP_INJECTOR_DRAIN_DELAY", default_value = "0s", value_parser = duration)]
+    drain_delay: Duration,
+    /// How long in-flight requests get to finish when draining.
+    #[arg(long, env = "PDP_INJECTOR_SHUTDOWN_GRACE", default_value = "25s", value_parser = duration)]
+    shutdown_grace: Duration,
+}
+
+#[derive(Args)]
+struct CertsArgs {
+    /// Service name of the webhook.
+    #[arg(long, env = "PDP_INJECTOR_SERVICE", default_value = "pdp-injector")]
+    service: String,
+    /// Namespace of the webhook.
+    #[arg(long, env = "PDP_INJECTOR_NAMESPACE", default_value = "pdp-system")]
+    namespace: String,
+    /// Extra DNS names or IP addresses for the serving certificate (repeatable).
+    #[arg(long = "extra-san")]
+    extra_sans: Vec<String>,
+    /// Directory for ca.crt, ca.key, tls.crt and tls.key.
+    #[arg(long, default_value = "certs")]
+    out_dir: PathBuf,
+    /// Validity of the serving certificate, in days.
+    #[arg(long, default_value_t = 365)]
+    days: i64,
+    /// Validity of the CA, in days.
+    #[arg(long, default_value_t = 3650)]
+    ca_days: i64,
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .init(),
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
+}
+
+fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format);
+    let tls_source = match (&args.cert, &args.key) {
+        (Some(cert), Some(key)) => TlsSource::Files(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: args.client_ca.clone(),
+        }),
+        _ => {
+            let mut sans = vec![
+                "localhost".to_string(),
+                "127.0.0.1".to_string(),
+                "::1".to_string(),
+            ];
+            sans.extend(certs::service_sans("pdp-injector", "pdp-system"));
+            let bundle = certs::generate(&sans, 30, 30)?;
+            bundle.write(&args.self_signed_dir)?;
+            let ca = args.self_signed_dir.join("ca.crt");
+            tracing::warn!(
+                ca = %ca.display(),
+                "no --cert/--key: serving a generated self-signed certificate for localhost; trust it with --cacert {}",
+                ca.display()
+            );
+            let client_ca_pem = match &args.client_ca {
+                Some(p) => Some(
+                    std::fs::read(p)
+                        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?,
+                ),
+                None => None,
+            };
+            TlsSource::Fixed(TlsMaterial {
+                cert_pem: bundle.cert_pem.into_bytes(),
+                key_pem: bundle.key_pem.into_bytes(),
+                client_ca_pem,
+            })
+        }
+    };
+    let options = ServeOptions {
+        config_path: args.config.clone(),
+        max_in_flight: args.max_in_flight,
+        body_limit: args.body_limit,
+        handshake_timeout: args.handshake_timeout,
+        header_timeout: args.handshake_timeout,
+        request_timeout: args.request_timeout,
+        reload_interval: args.reload_interval,
+        drain_delay: args.drain_delay,
+        shutdown_grace: args.shutdown_grace,
+        ..ServeOptions::new(args.listen, tls_source)
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        tracing::info!("no cluster connection configured: namespaces count as unlabelled; Pods opt in by annotation");
+        let running = server::start(options, Arc::new(NoCluster)).await?;
+        shutdown_signal().await;
+        running.shutdown().await?;
+        anyhow::Ok(())
+    })
+}
+
+fn run_certs(args: CertsArgs) -> anyhow::Result<()> {
+    let mut sans = certs::service_sans(&args.service, &args.namespace);
+    sans.extend(args.extra_sans);
+    let bundle = certs::generate(&sans, args.ca_days, args.days)?;
+    bundle.write(&args.out_dir)?;
+    eprintln!(
+        "wrote ca.crt, ca.key, tls.crt, tls.key to {} for {}",
+        args.out_dir.display(),
+        sans.join(", ")
+    );
+    eprintln!("caBundle for the MutatingWebhookConfiguration:");
+    println!("{}", bundle.ca_bundle());
+    Ok(())
 }
 
 #[derive(Args)]
@@ -108,9 +311,12 @@ fn run_inject(args: InjectArgs) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    tls::install_default_provider();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => run_serve(args),
         Command::Inject(args) => run_inject(args),
+        Command::Certs(args) => run_certs(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

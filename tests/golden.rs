@@ -155,7 +155,10 @@ fn golden_outputs_keep_every_input_field() {
         for (b, a) in before.iter().zip(&after) {
             // Our own status annotation is the one input field the injector may rewrite (on re-wiring).
             let mut b = b.clone();
-            for annotations in ["/metadata/annotations", "/spec/template/metadata/annotations"] {
+            for annotations in [
+                "/metadata/annotations",
+                "/spec/template/metadata/annotations",
+            ] {
                 if let Some(map) = b.pointer_mut(annotations).and_then(|m| m.as_object_mut()) {
                     map.remove("pdp-injector.io/status");
                 }

@@ -1,0 +1,580 @@
+//! The HTTPS webhook: a thin axum layer around [`admission::review`]. It decodes, bounds and times requests,
+//! records metrics and logs; every decision stays in the core.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum_server::Handle;
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+use tokio::sync::Semaphore;
+use tracing::{Instrument, Span, error, info, info_span, warn};
+
+use crate::admission;
+use crate::config::{Config, ConfigError};
+use crate::metrics::{ErrorKind, Metrics};
+use crate::namespaces::NamespaceSource;
+use crate::tls::{self, TlsError, TlsFiles, TlsMaterial};
+
+/// Where the serving certificate comes from.
+#[derive(Debug, Clone)]
+pub enum TlsSource {
+    /// PEM files, watched and reloaded.
+    Files(TlsFiles),
+    /// Fixed material (the local self-signed certificate); a `watch::Receiver` in self-managed mode.
+    Fixed(TlsMaterial),
+    /// Material that changes over time (self-managed certificates kept in a Secret).
+    Watched(tokio::sync::watch::Receiver<TlsMaterial>),
+}
+
+/// Everything `serve` needs; each field maps to a flag.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Serving certificate.
+    pub tls: TlsSource,
+    /// Config file, watched and reloaded; the built-in config when absent.
+    pub config_path: Option<PathBuf>,
+    /// Admission requests answered at once; beyond that, a fast 503.
+    pub max_in_flight: usize,
+    /// Largest accepted body.
+    pub body_limit: usize,
+    /// Bound on a TLS handshake.
+    pub handshake_timeout: Duration,
+    /// Bound on reading request headers (and on the first request of a connection).
+    pub header_timeout: Duration,
+    /// Upper bound on one request; the apiserver's `?timeout=` lowers it.
+    pub request_timeout: Duration,
+    /// How often certificate and config files are checked for changes.
+    pub reload_interval: Duration,
+    /// After SIGTERM: how long to keep serving while not ready (endpoints catch up), before draining.
+    pub drain_delay: Duration,
+    /// How long in-flight requests get to finish once draining starts.
+    pub shutdown_grace: Duration,
+}
+
+impl ServeOptions {
+    /// Defaults for a listen address and a certificate source.
+    pub fn new(listen: SocketAddr, tls: TlsSource) -> Self {
+        ServeOptions {
+            listen,
+            tls,
+            config_path: None,
+            max_in_flight: 256,
+            body_limit: DEFAULT_BODY_LIMIT,
+            handshake_timeout: Duration::from_secs(5),
+            header_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            reload_interval: Duration::from_secs(2),
+            drain_delay: Duration::ZERO,
+            shutdown_grace: Duration::from_secs(25),
+        }
+    }
+}
+
+/// 7 MiB: a CREATE review carries one object of at most 3 MiB (the apiserver's limit) and an UPDATE two, plus
+/// the envelope. axum's 2 MB default would refuse legal Pods.
+pub const DEFAULT_BODY_LIMIT: usize = 7 * 1024 * 1024;
+
+/// Why `serve` could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The certificate is unusable.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The config is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// Shared by every request.
+pub struct AppState {
+    config: RwLock<Arc<Config>>,
+    namespaces: Arc<dyn NamespaceSource>,
+    /// The process's metrics.
+    pub metrics: Metrics,
+    bound: AtomicBool,
+    shutting_down: AtomicBool,
+    permits: Arc<Semaphore>,
+    body_limit: usize,
+    request_timeout: Duration,
+}
+
+impl AppState {
+    /// The config in force.
+    pub fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    fn set_config(&self, config: Config) {
+        *self
+            .config
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(config);
+    }
+
+    /// Ready: bound, not shutting down, namespaces synced (certs and config were valid to get here).
+    pub fn ready(&self) -> Result<(), &'static str> {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            Err("shutting down")
+        } else if !self.bound.load(Ordering::SeqCst) {
+            Err("not listening yet")
+        } else if !self.namespaces.synced() {
+            Err("namespace cache not synced yet")
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A running server.
+pub struct Running {
+    /// The bound address (useful with port 0).
+    pub addr: SocketAddr,
+    /// Shared state, for readiness and metrics.
+    pub state: Arc<AppState>,
+    handle: Handle<SocketAddr>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    reloader: tokio::task::JoinHandle<()>,
+    drain_delay: Duration,
+    shutdown_grace: Duration,
+}
+
+impl Running {
+    /// Graceful shutdown: readiness fails at once, requests keep being answered for the drain delay, then no new
+    /// connections are accepted, in-flight requests finish (up to the grace period) and the server stops.
+    pub async fn shutdown(self) -> std::io::Result<()> {
+        self.state.shutting_down.store(true, Ordering::SeqCst);
+        self.state.metrics.set_ready(false);
+        info!(drain_delay = ?self.drain_delay, "shutting down: readiness is now false");
+        tokio::time::sleep(self.drain_delay).await;
+        self.handle.graceful_shutdown(Some(self.shutdown_grace));
+        self.reloader.abort();
+        let result = match self.server.await {
+            Ok(r) => r,
+            Err(e) => Err(std::io::Error::other(e)),
+        };
+        info!("stopped");
+        result
+    }
+}
+
+/// Starts the webhook; returns once it listens.
+pub async fn start(
+    options: ServeOptions,
+    namespaces: Arc<dyn NamespaceSource>,
+) -> Result<Running, ServeError> {
+    let config = match &options.config_path {
+        Some(p) => Config::load(p)?,
+        None => Config::builtin(),
+    };
+    let material = match &options.tls {
+        TlsSource::Files(files) => files.read()?,
+        TlsSource::Fixed(m) => m.clone(),
+        TlsSource::Watched(rx) => rx.borrow().clone(),
+    };
+    let loaded = tls::build(&material)?;
+    let rustls_config = RustlsConfig::from_config(loaded.config);
+
+    let state = Arc::new(AppState {
+        config: RwLock::new(Arc::new(config)),
+        namespaces,
+        metrics: Metrics::default(),
+        bound: AtomicBool::new(false),
+        shutting_down: AtomicBool::new(false),
+        permits: Arc::new(Semaphore::new(options.max_in_flight.max(1))),
+        body_limit: options.body_limit,
+        request_timeout: options.request_timeout,
+    });
+    state.metrics.set_cert_expiry(loaded.not_after);
+
+    let app = router(state.clone());
+    let handle: Handle<SocketAddr> = Handle::new();
+    let acceptor =
+        RustlsAcceptor::new(rustls_config.clone()).handshake_timeout(options.handshake_timeout);
+    let mut server = axum_server::bind(options.listen)
+        .acceptor(acceptor)
+        .handle(handle.clone())
+        .first_request_timeout(options.header_timeout);
+    server
+        .http_builder()
+        .http1()
+        .header_read_timeout(Some(options.header_timeout))
+        .keep_alive(true);
+    let server = tokio::spawn(server.serve(app.into_make_service()));
+    let Some(addr) = handle.listening().await else {
+        let source = match server.await {
+            Ok(Err(e)) => e,
+            Ok(Ok(())) => std::io::Error::other("server stopped before listening"),
+            Err(e) => std::io::Error::other(e),
+        };
+        return Err(ServeError::Bind {
+            addr: options.listen,
+            source,
+        });
+    };
+    state.bound.store(true, Ordering::SeqCst);
+    state.metrics.set_ready(state.ready().is_ok());
+    info!(%addr, "listening (TLS 1.2/1.3)");
+
+    let reloader = tokio::spawn(reload_loop(
+        state.clone(),
+        rustls_config,
+        options.tls.clone(),
+        material.fingerprint(),
+        options.config_path.clone(),
+        options.reload_interval,
+    ));
+    Ok(Running {
+        addr,
+        state,
+        handle,
+        server,
+        reloader,
+        drain_delay: options.drain_delay,
+        shutdown_grace: options.shutdown_grace,
+    })
+}
+
+/// Watches certificate and config sources; swaps in new versions atomically, keeps the last good ones when a
+/// new one is invalid, and never panics (a panic here would silently freeze both).
+async fn reload_loop(
+    state: Arc<AppState>,
+    rustls_config: RustlsConfig,
+    source: TlsSource,
+    mut tls_seen: [u8; 32],
+    config_path: Option<PathBuf>,
+    interval: Duration,
+) {
+    let mut config_seen = config_path
+        .as_deref()
+        .and_then(|p| std::fs::read(p).ok())
+        .map(|b| sha(&b));
+    let mut watched = match &source {
+        TlsSource::Watched(rx) => Some(rx.clone()),
+        _ => None,
+    };
+    loop {
+        match &mut watched {
+            Some(rx) => {
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() { watched = None; },
+                    _ = tokio::time::sleep(interval) => {}
+                }
+            }
+            None => tokio::time::sleep(interval).await,
+        }
+        let material = match (&source, &watched) {
+            (TlsSource::Files(files), _) => match files.read() {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    let fp = sha(e.to_string().as_bytes());
+                    if fp != tls_seen {
+                        tls_seen = fp;
+                        warn!(error = %e, "cannot read the serving certificate; keeping the current one");
+                        state.metrics.cert_reload(false);
+                    }
+                    None
+                }
+            },
+            (TlsSource::Watched(_), Some(rx)) => Some(rx.borrow().clone()),
+            _ => None,
+        };
+        if let Some(material) = material {
+            let fp = material.fingerprint();
+            if fp != tls_seen {
+                tls_seen = fp;
+                match tls::build(&material) {
+                    Ok(loaded) => {
+                        rustls_config.reload_from_config(loaded.config);
+                        state.metrics.set_cert_expiry(loaded.not_after);
+                        state.metrics.cert_reload(true);
+                        info!(not_after = loaded.not_after, "serving certificate reloaded");
+                    }
+                    Err(e) => {
+                        state.metrics.cert_reload(false);
+                        warn!(error = %e, "new serving certificate is invalid; keeping the current one");
+                    }
+                }
+            }
+        }
+        if let Some(path) = &config_path {
+            match std::fs::read(path) {
+                Ok(bytes) => {
+                    let fp = sha(&bytes);
+                    if Some(fp) != config_seen {
+                        config_seen = Some(fp);
+                        match std::str::from_utf8(&bytes)
+                            .map_err(|e| ConfigError::Syntax(e.to_string()))
+                            .and_then(Config::from_yaml)
+                        {
+                            Ok(config) => {
+                                info!(hash = %config.hash, "config reloaded");
+                                state.set_config(config);
+                                state.metrics.config_reload(true);
+                            }
+                            Err(e) => {
+                                state.metrics.config_reload(false);
+                                error!(error = %e, "new config is invalid; keeping the current one");
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    let fp = sha(e.to_string().as_bytes());
+                    if Some(fp) != config_seen {
+                        config_seen = Some(fp);
+                        state.metrics.config_reload(false);
+                        warn!(error = %e, path = %path.display(), "cannot read the config; keeping the current one");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn sha(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
+}
+
+/// The routes, on any state (the tests and the benchmarks mount it without TLS too).
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such path: use POST /mutate") })
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    let ready = state.ready();
+    state.metrics.set_ready(ready.is_ok());
+    match ready {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        )
+            .into_response(),
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+fn json_error(status: StatusCode, message: &str) -> Response {
+    let body = serde_json::json!({"error": message, "code": status.as_u16()});
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// Parses a Go-style duration as the apiserver writes it (`10s`, `500ms`, `1m`); a bare number is seconds.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().ok()?;
+    let secs = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "us" | "µs" => value / 1e6,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return None,
+    };
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+}
+
+fn query_timeout(uri: &Uri) -> Option<Duration> {
+    uri.query()?
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == "timeout")
+        .and_then(|(_, v)| parse_duration(v))
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
+}
+
+struct InFlight<'a>(&'a Metrics);
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight(-1);
+    }
+}
+
+fn too_large(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+async fn mutate(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    // Check the bound before reading anything: under a flood, refusing costs no body buffering.
+    let Ok(_permit) = state.permits.clone().try_acquire_owned() else {
+        state.metrics.error(ErrorKind::Overloaded);
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many admission requests in flight; retry",
+        );
+    };
+    state.metrics.in_flight(1);
+    let _in_flight = InFlight(&state.metrics);
+    let started = Instant::now();
+    let span = info_span!(
+        "admission",
+        uid = tracing::field::Empty,
+        namespace = tracing::field::Empty,
+        name = tracing::field::Empty,
+        operation = tracing::field::Empty,
+        decision = tracing::field::Empty,
+        reason = tracing::field::Empty,
+    );
+    let deadline = query_timeout(request.uri())
+        .map(|t| t.min(state.request_timeout))
+        .unwrap_or(state.request_timeout);
+    let response = tokio::time::timeout(deadline, answer(&state, request))
+        .instrument(span.clone())
+        .await
+        .unwrap_or_else(|_| {
+            state.metrics.error(ErrorKind::Timeout);
+            let _entered = span.enter();
+            warn!(?deadline, "request did not complete within its deadline");
+            json_error(StatusCode::GATEWAY_TIMEOUT, "request timed out")
+        });
+    state.metrics.observe(started.elapsed());
+    response
+}
+
+async fn answer(state: &AppState, request: Request) -> Response {
+    if !is_json(request.headers()) {
+        state.metrics.error(ErrorKind::UnsupportedMediaType);
+        return json_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "content type must be application/json",
+        );
+    }
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > state.body_limit) {
+        state.metrics.error(ErrorKind::PayloadTooLarge);
+        return json_error(StatusCode::PAYLOAD_TOO_LARGE, "body exceeds the size limit");
+    }
+    let body = match axum::body::to_bytes(request.into_body(), state.body_limit).await {
+        Ok(b) => b,
+        Err(e) if too_large(&e) => {
+            state.metrics.error(ErrorKind::PayloadTooLarge);
+            return json_error(StatusCode::PAYLOAD_TOO_LARGE, "body exceeds the size limit");
+        }
+        Err(e) => {
+            state.metrics.error(ErrorKind::BadRequest);
+            return json_error(StatusCode::BAD_REQUEST, &format!("cannot read body: {e}"));
+        }
+    };
+    let config = state.config();
+    let lookup = |ns: &str| state.namespaces.lookup(ns);
+    match admission::review(&body, &config, &lookup) {
+        Ok((bytes, summary)) => {
+            state.metrics.review(summary.reason);
+            let span = Span::current();
+            span.record("uid", summary.uid.as_str());
+            span.record("namespace", summary.namespace.as_str());
+            span.record("name", summary.name.as_str());
+            span.record("operation", summary.operation.as_str());
+            span.record("decision", summary.decision);
+            span.record("reason", summary.reason.code());
+            info!(
+                dry_run = summary.dry_run,
+                patch_ops = summary.patch_ops,
+                warnings = summary.warnings,
+                "admission review answered"
+            );
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                Body::from(bytes),
+            )
+                .into_response()
+        }
+        Err(e) => {
+            state.metrics.error(ErrorKind::BadRequest);
+            warn!(error = %e, "bad admission request");
+            json_error(StatusCode::BAD_REQUEST, &e.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_like_the_apiserver_writes_them() {
+        assert_eq!(parse_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Some(Duration::from_secs(3)));
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("ten"), None);
+        assert_eq!(parse_duration("5d"), None);
+        assert_eq!(parse_duration(""), None);
+    }
+
+    #[test]
+    fn timeout_comes_from_the_query() {
+        let uri: Uri = "/mutate?timeout=3s".parse().unwrap();
+        assert_eq!(query_timeout(&uri), Some(Duration::from_secs(3)));
+        let uri: Uri = "/mutate".parse().unwrap();
+        assert_eq!(query_timeout(&uri), None);
+    }
+}

@@ -1,0 +1,234 @@
+//! TLS for the webhook: rustls with the ring provider, TLS 1.2 and 1.3 only, optional client-certificate
+//! verification (mTLS), built from PEM bytes so that files, Secrets and tests share one path.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::ServerConfig;
+use rustls::crypto::CryptoProvider;
+use rustls::server::WebPkiClientVerifier;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use sha2::{Digest, Sha256};
+
+/// Why a certificate, key or client CA was refused. The server keeps the last good configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// No PEM certificate in the input.
+    #[error("{0}: no PEM certificate found")]
+    NoCertificate(String),
+    /// The private key is missing or unreadable.
+    #[error("{0}: no usable PEM private key found")]
+    NoKey(String),
+    /// The leaf certificate cannot be parsed.
+    #[error("{what}: invalid certificate: {message}")]
+    BadCertificate {
+        /// Which input.
+        what: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// rustls refused the pair (for example a key that does not match the certificate).
+    #[error("certificate and key rejected: {0}")]
+    Rustls(#[from] rustls::Error),
+    /// The client CA cannot verify clients.
+    #[error("client CA rejected: {0}")]
+    ClientCa(String),
+}
+
+/// The one crypto provider of the process. Installing it explicitly keeps rustls from guessing when two are
+/// compiled in (kube's client and the server share this one).
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Installs [`provider`] as the process default; harmless when already installed (tests call it repeatedly).
+pub fn install_default_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// PEM inputs of a server configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsMaterial {
+    /// Certificate chain, leaf first.
+    pub cert_pem: Vec<u8>,
+    /// Private key of the leaf.
+    pub key_pem: Vec<u8>,
+    /// CA that client certificates must chain to, when mTLS is on.
+    pub client_ca_pem: Option<Vec<u8>>,
+}
+
+impl TlsMaterial {
+    /// Hash of all inputs: a change of any byte means a reload.
+    pub fn fingerprint(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(&self.cert_pem);
+        h.update([0]);
+        h.update(&self.key_pem);
+        h.update([0]);
+        if let Some(ca) = &self.client_ca_pem {
+            h.update(ca);
+        }
+        h.finalize().into()
+    }
+}
+
+/// Where the serving certificate comes from on disk.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// Certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Private key (PEM).
+    pub key: PathBuf,
+    /// Optional client CA (PEM) for mTLS.
+    pub client_ca: Option<PathBuf>,
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+impl TlsFiles {
+    /// Reads the files. Kubernetes swaps a Secret volume's `..data` symlink atomically, so reading the three
+    /// paths through it sees one consistent generation or the next.
+    pub fn read(&self) -> Result<TlsMaterial, TlsError> {
+        Ok(TlsMaterial {
+            cert_pem: read(&self.cert)?,
+            key_pem: read(&self.key)?,
+            client_ca_pem: self.client_ca.as_deref().map(read).transpose()?,
+        })
+    }
+}
+
+/// A usable server configuration and facts about it.
+#[derive(Debug, Clone)]
+pub struct LoadedTls {
+    /// For the acceptor.
+    pub config: Arc<ServerConfig>,
+    /// Expiry of the leaf certificate, in seconds since the epoch.
+    pub not_after: i64,
+}
+
+/// Unix time at which a PEM certificate expires.
+pub fn not_after(cert_pem: &[u8]) -> Result<i64, TlsError> {
+    let der = CertificateDer::from_pem_slice(cert_pem)
+        .map_err(|_| TlsError::NoCertificate("certificate".into()))?;
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(&der).map_err(|e| TlsError::BadCertificate {
+            what: "certificate".into(),
+            message: e.to_string(),
+        })?;
+    Ok(cert.validity().not_after.timestamp())
+}
+
+/// Builds the rustls configuration: TLS 1.2 and 1.3, ALPN h2 and http/1.1, client certificates required when
+/// a client CA is given.
+pub fn build(material: &TlsMaterial) -> Result<LoadedTls, TlsError> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&material.cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|_| TlsError::NoCertificate("certificate".into()))?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate("certificate".into()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&material.key_pem)
+        .map_err(|_| TlsError::NoKey("key".into()))?;
+    let not_after = not_after(&material.cert_pem)?;
+    let provider = provider();
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+    let builder = match &material.client_ca_pem {
+        None => builder.with_no_client_auth(),
+        Some(ca_pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            let mut count = 0;
+            for cert in CertificateDer::pem_slice_iter(ca_pem) {
+                let cert = cert.map_err(|e| TlsError::ClientCa(e.to_string()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| TlsError::ClientCa(e.to_string()))?;
+                count += 1;
+            }
+            if count == 0 {
+                return Err(TlsError::ClientCa("no PEM certificate found".into()));
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| TlsError::ClientCa(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(certs, key)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(LoadedTls {
+        config: Arc::new(config),
+        not_after,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::certs::generate;
+
+    fn material() -> TlsMaterial {
+        let b = generate(&["localhost".into()], 2, 1).unwrap();
+        TlsMaterial {
+            cert_pem: b.cert_pem.into_bytes(),
+            key_pem: b.key_pem.into_bytes(),
+            client_ca_pem: None,
+        }
+    }
+
+    #[test]
+    fn builds_from_generated_material() {
+        let m = material();
+        let loaded = build(&m).unwrap();
+        assert_eq!(loaded.config.alpn_protocols.len(), 2);
+        assert!(loaded.not_after > time::OffsetDateTime::now_utc().unix_timestamp());
+    }
+
+    #[test]
+    fn mismatched_key_is_refused() {
+        let a = material();
+        let b = material();
+        let mixed = TlsMaterial {
+            cert_pem: a.cert_pem,
+            key_pem: b.key_pem,
+            client_ca_pem: None,
+        };
+        assert!(matches!(build(&mixed), Err(TlsError::Rustls(_))));
+    }
+
+    #[test]
+    fn garbage_is_refused_with_a_reason() {
+        let m = TlsMaterial {
+            cert_pem: b"nope".to_vec(),
+            key_pem: b"nope".to_vec(),
+            client_ca_pem: None,
+        };
+        assert!(matches!(build(&m), Err(TlsError::NoCertificate(_))));
+        let mut m = material();
+        m.client_ca_pem = Some(b"nope".to_vec());
+        assert!(matches!(build(&m), Err(TlsError::ClientCa(_))));
+    }
+
+    #[test]
+    fn fingerprint_changes_with_any_input() {
+        let m = material();
+        let mut n = m.clone();
+        n.client_ca_pem = Some(b"x".to_vec());
+        assert_ne!(m.fingerprint(), n.fingerprint());
+        assert_eq!(m.fingerprint(), m.clone().fingerprint());
+    }
+}
