@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Builds (once per machine) a real kube-apiserver from Debian bookworm's `kubernetes` source package and makes
+# sure etcd, Go and the helpers are installed. Prints the path of the cached binary on its last stdout line.
+#
+# Exit codes: 0 ok; 3 = prerequisites unavailable (no apt, no source package, build failed): the caller reports
+# the tier as SKIPPED (loudly) or failed.
+#
+# Environment:
+#   E2E_CACHE_DIR        cache directory (default /var/cache/pdp-injector-e2e)
+#   E2E_KUBE_SRC_VERSION Debian source version to build (default 1.20.5+really1.20.2)
+set -euo pipefail
+
+CACHE_DIR=${E2E_CACHE_DIR:-/var/cache/pdp-injector-e2e}
+SRC_VERSION=${E2E_KUBE_SRC_VERSION:-1.20.5+really1.20.2}
+UPSTREAM=${SRC_VERSION##*really}           # 1.20.2
+BIN="$CACHE_DIR/kube-apiserver-$UPSTREAM"
+LOG="$CACHE_DIR/build-$UPSTREAM.log"
+
+log() { printf '[build-apiserver] %s\n' "$*" >&2; }
+unavailable() { log "UNAVAILABLE: $*"; exit 3; }
+
+mkdir -p "$CACHE_DIR"
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo -n "$@"; else return 1; fi; }
+
+apt_updated=0
+apt_update() {
+    [ "$apt_updated" = 1 ] && return 0
+    log "apt-get update"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || unavailable "apt-get update failed"
+    apt_updated=1
+}
+need_pkgs() {  # install the Debian packages among "$@" that are missing
+    local missing=() p
+    for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    command -v apt-get >/dev/null || unavailable "apt-get not found (need: ${missing[*]})"
+    apt_update
+    log "apt-get install ${missing[*]}"
+    # policy-rc.d: never let a package start a system service (etcd-server would start its own etcd).
+    local prc=/usr/sbin/policy-rc.d created_prc=0
+    if [ ! -e $prc ]; then printf '#!/bin/sh\nexit 101\n' | as_root tee $prc >/dev/null; as_root chmod +x $prc; created_prc=1; fi
+    local rc=0
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+        >"$CACHE_DIR/apt-install.log" 2>&1 || { rc=$?; tail -20 "$CACHE_DIR/apt-install.log" >&2; }
+    [ $created_prc = 1 ] && as_root rm -f $prc
+    [ $rc = 0 ] || unavailable "apt-get install ${missing[*]} failed"
+}
+
+# Runtime needs: etcd (the apiserver's store) and openssl (certs). kubectl comes with the machine image; if it is
+# missing, the cached build includes one (see below).
+need_pkgs etcd-server openssl
+
+if [ -x "$BIN" ] && "$BIN" --version >/dev/null 2>&1; then
+    log "cached: $BIN ($("$BIN" --version))"
+    echo "$BIN"; exit 0
+fi
+
+log "no cached kube-apiserver $UPSTREAM: building it from Debian's source package kubernetes=$SRC_VERSION (~8-10 min on 2 cores)"
+need_pkgs golang-go golang-github-modern-go-reflect2-dev rsync dpkg-dev make
+
+# deb-src for bookworm main, with the same signed-by keyring as the existing binary entry.
+SRC_LIST=/etc/apt/sources.list.d/pdp-injector-e2e-src.sources
+if ! apt-get source --print-uris -qq "kubernetes=$SRC_VERSION" 2>/dev/null | grep -q "kubernetes_"; then
+    keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+    uri=http://deb.debian.org/debian
+    if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+        k=$(sed -n 's/^[Ss]igned-[Bb]y:[[:space:]]*//p' /etc/apt/sources.list.d/debian.sources | head -1)
+        u=$(sed -n 's/^URIs:[[:space:]]*//p' /etc/apt/sources.list.d/debian.sources | head -1 | awk '{print $1}')
+        [ -n "$k" ] && keyring=$k; [ -n "$u" ] && uri=$u
+    fi
+    log "adding deb-src entry $SRC_LIST ($uri bookworm main, signed-by $keyring)"
+    printf 'Types: deb-src\nURIs: %s\nSuites: bookworm\nComponents: main\nSigned-By: %s\n' "$uri" "$keyring" \
+        | as_root tee "$SRC_LIST" >/dev/null
+    apt_updated=0; apt_update
+fi
+
+WORK="$CACHE_DIR/src-$UPSTREAM"
+rm -rf "$WORK"; mkdir -p "$WORK"
+( cd "$WORK" && apt-get source --download-only -qq "kubernetes=$SRC_VERSION" >&2 ) \
+    || unavailable "apt-get source kubernetes=$SRC_VERSION failed"
+dsc=$(ls "$WORK"/kubernetes_*.dsc | head -1)
+( cd "$WORK" && dpkg-source --no-check -x "$dsc" tree >&2 ) || unavailable "dpkg-source -x failed"
+TREE="$WORK/tree"
+[ -d "$TREE/vendor/github.com/modern-go/reflect2" ] || unavailable "unexpected source layout (no vendored reflect2)"
+
+# reflect2 1.0.1 segfaults under Go >= 1.18 whenever a map is encoded: swap in Debian's 1.0.2 sources, keeping the
+# old files' mtimes (newer vendor files would make the build regenerate code).
+R_OLD="$TREE/vendor/github.com/modern-go/reflect2"
+R_NEW=/usr/share/gocode/src/github.com/modern-go/reflect2
+stamp=$(stat -c %Y "$R_OLD/reflect2.go")
+find "$R_OLD" -maxdepth 1 -type f -name '*.go' -delete
+for f in "$R_NEW"/*.go "$R_NEW"/*.s; do
+    [ -e "$f" ] || continue
+    case "$f" in *_test.go) continue;; esac
+    cp "$f" "$R_OLD/"
+done
+find "$R_OLD" -type f -exec touch -d "@$stamp" {} +
+
+export GOPATH="$WORK/gopath" GOCACHE="$CACHE_DIR/gocache" GO111MODULE=off GOPROXY=off GOFLAGS= GOTOOLCHAIN=local
+log "make WHAT=cmd/kube-apiserver (log: $LOG)"
+start=$(date +%s)
+if ! ( cd "$TREE" && nice -n 10 make WHAT="cmd/kube-apiserver" >"$LOG" 2>&1 ); then
+    tail -30 "$LOG" >&2
+    unavailable "kube-apiserver build failed (log: $LOG)"
+fi
+log "built in $(( $(date +%s) - start ))s"
+out=$(ls "$TREE"/_output/bin/kube-apiserver "$TREE"/_output/local/bin/*/*/kube-apiserver 2>/dev/null | head -1)
+[ -x "$out" ] || unavailable "build produced no kube-apiserver"
+install -m 0755 "$out" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
+rm -rf "$WORK"
+log "cached: $BIN ($("$BIN" --version))"
+echo "$BIN"

@@ -1,0 +1,930 @@
+//! Real HTTPS round trips against `serve` on 127.0.0.1 with certificates generated in the test.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use pdp_injector::certs;
+use pdp_injector::decision::NamespaceInfo;
+use pdp_injector::namespaces::{NamespaceSource, NoCluster, Static};
+use pdp_injector::server::{self, Running, ServeOptions, TlsSource};
+use pdp_injector::tls::{TlsFiles, TlsMaterial};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const FIXTURE: &str = include_str!("fixtures/admissionreview-v1-pod-create.json");
+
+fn fixture() -> Value {
+    serde_json::from_str(FIXTURE).unwrap()
+}
+
+fn annotated(value: &str) -> Vec<u8> {
+    let mut r = fixture();
+    r["request"]["object"]["metadata"]["annotations"] = json!({"pdp-injector.io/inject": value});
+    r.to_string().into_bytes()
+}
+
+fn bundle() -> certs::Bundle {
+    certs::generate(&["localhost".into(), "127.0.0.1".into()], 2, 1).unwrap()
+}
+
+fn material(b: &certs::Bundle) -> TlsMaterial {
+    TlsMaterial {
+        cert_pem: b.cert_pem.clone().into_bytes(),
+        key_pem: b.key_pem.clone().into_bytes(),
+        client_ca_pem: None,
+    }
+}
+
+fn local() -> std::net::SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+async fn start_with(options: ServeOptions, ns: Arc<dyn NamespaceSource>) -> Running {
+    pdp_injector::tls::install_default_provider();
+    server::start(options, ns).await.expect("server starts")
+}
+
+async fn start(b: &certs::Bundle) -> Running {
+    start_with(
+        ServeOptions::new(local(), TlsSource::Fixed(material(b))),
+        Arc::new(NoCluster),
+    )
+    .await
+}
+
+/// A TLS client trusting `ca_pem`, optionally presenting a client certificate, limited to some versions.
+fn client_config(
+    ca_pem: &str,
+    client: Option<(&str, &str)>,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(pdp_injector::tls::provider())
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match client {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .map(|c| c.unwrap())
+                    .collect(),
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+    };
+    Arc::new(config)
+}
+
+fn default_client(ca_pem: &str) -> Arc<rustls::ClientConfig> {
+    client_config(ca_pem, None, rustls::DEFAULT_VERSIONS)
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+async fn connect(
+    addr: std::net::SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+) -> Result<Sender, String> {
+    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    Ok(sender)
+}
+
+async fn send(
+    sender: &mut Sender,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: Vec<u8>,
+) -> Result<(StatusCode, Vec<u8>), String> {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "localhost");
+    if let Some(ct) = content_type {
+        req = req.header("content-type", ct);
+    }
+    let resp = sender
+        .send_request(req.body(Full::new(Bytes::from(body))).unwrap())
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((status, bytes.to_vec()))
+}
+
+/// One request on a fresh connection.
+async fn call(
+    addr: std::net::SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: Vec<u8>,
+) -> Result<(StatusCode, Vec<u8>), String> {
+    let mut sender = connect(addr, config).await?;
+    send(&mut sender, method, path, content_type, body).await
+}
+
+async fn post(r: &Running, ca: &str, body: Vec<u8>) -> (StatusCode, Value) {
+    let (status, bytes) = call(
+        r.addr,
+        default_client(ca),
+        "POST",
+        "/mutate",
+        Some("application/json"),
+        body,
+    )
+    .await
+    .unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn get_text(r: &Running, ca: &str, path: &str) -> (StatusCode, String) {
+    let (s, b) = call(r.addr, default_client(ca), "GET", path, None, vec![])
+        .await
+        .unwrap();
+    (s, String::from_utf8(b).unwrap())
+}
+
+fn decode_patch(resp: &Value) -> json_patch::Patch {
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(resp["patch"].as_str().expect("patch present"))
+        .unwrap();
+    serde_json::from_slice(&raw).unwrap()
+}
+
+#[tokio::test]
+async fn reviews_over_https() {
+    let b = bundle();
+    let ns = Static(HashMap::from([(
+        "labelled".to_string(),
+        NamespaceInfo {
+            name: "labelled".into(),
+            injection: Some("sidecar".into()),
+            pss_enforce: None,
+        },
+    )]));
+    let r = start_with(
+        ServeOptions::new(local(), TlsSource::Fixed(material(&b))),
+        Arc::new(ns),
+    )
+    .await;
+    let ca = &b.ca_cert_pem;
+
+    // injected (annotation), with a patch that applies to the real object
+    let (s, out) = post(&r, ca, annotated("daemonset")).await;
+    assert_eq!(s, StatusCode::OK);
+    let resp = &out["response"];
+    assert_eq!(resp["uid"], "2c11f9f4-347e-4028-9bdb-2d01a3c0650c");
+    assert_eq!(resp["allowed"], true);
+    assert_eq!(resp["patchType"], "JSONPatch");
+    let mut pod =
+        serde_json::from_slice::<Value>(&annotated("daemonset")).unwrap()["request"]["object"]
+            .clone();
+    json_patch::patch(&mut pod, &decode_patch(resp)).unwrap();
+    assert_eq!(
+        pod["spec"]["containers"][0]["env"][1]["name"],
+        "CERBOS_PDP_ADDR"
+    );
+
+    // the real fixture, unlabelled namespace: skipped, no patch
+    let (s, out) = post(&r, ca, FIXTURE.as_bytes().to_vec()).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(out["response"]["allowed"], true);
+    assert!(out["response"].get("patch").is_none());
+    assert_eq!(
+        out["response"]["auditAnnotations"]["reason"],
+        "not_opted_in"
+    );
+
+    // namespace from the namespace source: the same fixture in a labelled namespace gets a native sidecar
+    let mut labelled = fixture();
+    labelled["request"]["namespace"] = json!("labelled");
+    let (_, out) = post(&r, ca, labelled.to_string().into_bytes()).await;
+    assert_eq!(
+        out["response"]["auditAnnotations"]["reason"],
+        "injected_sidecar"
+    );
+    let patch = serde_json::to_value(decode_patch(&out["response"])).unwrap();
+    assert!(patch.to_string().contains("\"restartPolicy\":\"Always\""));
+
+    // denied with the message, HTTP 200
+    let (s, out) = post(&r, ca, annotated("sidecars")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(out["response"]["allowed"], false);
+    assert!(
+        out["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("valid values are sidecar, daemonset, enabled, disabled")
+    );
+
+    // dry run: identical answer
+    let mut dry: Value = serde_json::from_slice(&annotated("daemonset")).unwrap();
+    dry["request"]["dryRun"] = json!(true);
+    let (_, a) = post(&r, ca, annotated("daemonset")).await;
+    let (_, d) = post(&r, ca, dry.to_string().into_bytes()).await;
+    assert_eq!(a, d);
+
+    // UPDATE and other kinds: allowed untouched
+    let mut update: Value = serde_json::from_slice(&annotated("sidecar")).unwrap();
+    update["request"]["operation"] = json!("UPDATE");
+    let (s, out) = post(&r, ca, update.to_string().into_bytes()).await;
+    assert_eq!(
+        (s, out["response"]["allowed"].clone()),
+        (StatusCode::OK, json!(true))
+    );
+    assert_eq!(
+        out["response"]["auditAnnotations"]["reason"],
+        "not_a_pod_create"
+    );
+    let mut other = fixture();
+    other["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "ConfigMap"});
+    other["request"]["resource"] = json!({"group": "", "version": "v1", "resource": "configmaps"});
+    other["request"]["object"] = json!({"kind": "ConfigMap", "data": {"a": "b"}});
+    let (_, out) = post(&r, ca, other.to_string().into_bytes()).await;
+    assert_eq!(
+        out["response"]["auditAnnotations"]["reason"],
+        "not_a_pod_create"
+    );
+    assert!(out["response"].get("patch").is_none());
+
+    // metrics moved
+    let (_, text) = get_text(&r, ca, "/metrics").await;
+    assert!(text.contains("pdp_injector_admission_reviews_total{decision=\"inject\",reason=\"injected_daemonset\"} 3\n"), "{text}");
+    assert!(
+        text.contains("pdp_injector_denials_total{reason=\"invalid_annotation\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pdp_injector_request_duration_seconds_count 8\n"),
+        "{text}"
+    );
+    assert!(text.contains("pdp_injector_ready 1\n"));
+    let (s, body) = get_text(&r, ca, "/healthz").await;
+    assert_eq!((s, body.as_str()), (StatusCode::OK, "ok\n"));
+    let (s, _) = get_text(&r, ca, "/readyz").await;
+    assert_eq!(s, StatusCode::OK);
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_inputs_get_clear_4xx() {
+    let b = bundle();
+    let r = start(&b).await;
+    let client = default_client(&b.ca_cert_pem);
+    let json = Some("application/json");
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000)).into_bytes();
+    /// name, content type, body, expected status, expected text in the error
+    type Case<'a> = (&'a str, Option<&'a str>, Vec<u8>, StatusCode, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "empty body",
+            json,
+            vec![],
+            StatusCode::BAD_REQUEST,
+            "empty body",
+        ),
+        (
+            "not JSON",
+            json,
+            b"hello".to_vec(),
+            StatusCode::BAD_REQUEST,
+            "not a JSON AdmissionReview",
+        ),
+        (
+            "wrong content type",
+            Some("text/plain"),
+            FIXTURE.as_bytes().to_vec(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "application/json",
+        ),
+        (
+            "no content type",
+            None,
+            FIXTURE.as_bytes().to_vec(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "application/json",
+        ),
+        (
+            "missing request",
+            json,
+            br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "no request",
+        ),
+        (
+            "other version",
+            json,
+            FIXTURE
+                .replace("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+                .into_bytes(),
+            StatusCode::BAD_REQUEST,
+            "v1beta1",
+        ),
+        (
+            "10,000 deep",
+            json,
+            deep,
+            StatusCode::BAD_REQUEST,
+            "not a JSON AdmissionReview",
+        ),
+    ];
+    for (name, ct, body, want, needle) in cases {
+        let (status, bytes) = call(r.addr, client.clone(), "POST", "/mutate", ct, body)
+            .await
+            .unwrap();
+        let v: Value =
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| panic!("{name}: body is not JSON"));
+        assert_eq!(status, want, "{name}: {v}");
+        assert_eq!(v["code"], want.as_u16(), "{name}");
+        assert!(v["error"].as_str().unwrap().contains(needle), "{name}: {v}");
+    }
+    // wrong method and unknown path
+    let (s, _) = call(r.addr, client.clone(), "GET", "/mutate", None, vec![])
+        .await
+        .unwrap();
+    assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED);
+    let (s, _) = call(r.addr, client.clone(), "GET", "/nope", None, vec![])
+        .await
+        .unwrap();
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    // a 2.5 MiB Pod passes; an 8 MiB body gets 413
+    let mut big = serde_json::from_slice::<Value>(&annotated("daemonset")).unwrap();
+    big["request"]["object"]["metadata"]["annotations"]["example.com/blob"] =
+        json!("x".repeat(2_500 * 1024));
+    let (s, out) = post(&r, &b.ca_cert_pem, big.to_string().into_bytes()).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        out["response"]["auditAnnotations"]["reason"],
+        "injected_daemonset"
+    );
+    let huge = vec![b' '; 8 * 1024 * 1024];
+    let (s, _) = call(r.addr, client.clone(), "POST", "/mutate", json, huge)
+        .await
+        .unwrap();
+    assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+
+    let (_, text) = get_text(&r, &b.ca_cert_pem, "/metrics").await;
+    assert!(
+        text.contains("pdp_injector_request_errors_total{kind=\"bad_request\"} 5\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pdp_injector_request_errors_total{kind=\"unsupported_media_type\"} 2\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pdp_injector_request_errors_total{kind=\"payload_too_large\"} 1\n"),
+        "{text}"
+    );
+    r.shutdown().await.unwrap();
+}
+
+/// A TLS 1.1 ClientHello (legacy_version 0x0302, no supported_versions extension).
+fn tls11_client_hello() -> Vec<u8> {
+    let mut hello = vec![0x03, 0x02];
+    hello.extend([7u8; 32]); // random
+    hello.push(0); // session id
+    hello.extend([0x00, 0x04, 0xc0, 0x13, 0x00, 0x2f]); // ECDHE-RSA-AES128-SHA, RSA-AES128-SHA
+    hello.extend([0x01, 0x00]); // null compression
+    let mut handshake = vec![0x01, 0x00, 0x00, hello.len() as u8];
+    handshake.extend(hello);
+    let mut record = vec![0x16, 0x03, 0x01, 0x00, handshake.len() as u8];
+    record.extend(handshake);
+    record
+}
+
+#[tokio::test]
+async fn tls_versions_and_plain_http() {
+    let b = bundle();
+    let r = start(&b).await;
+    let ca = &b.ca_cert_pem;
+    for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
+        let (s, _) = call(
+            r.addr,
+            client_config(ca, None, &[version]),
+            "GET",
+            "/healthz",
+            None,
+            vec![],
+        )
+        .await
+        .unwrap();
+        assert_eq!(s, StatusCode::OK);
+    }
+
+    // TLS 1.1: refused with an alert (0x15), never a ServerHello (0x16)
+    let mut tcp = TcpStream::connect(r.addr).await.unwrap();
+    tcp.write_all(&tls11_client_hello()).await.unwrap();
+    let mut buf = vec![0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(2), tcp.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(n >= 7, "no answer to a TLS 1.1 hello");
+    assert_eq!(buf[0], 0x15, "expected a TLS alert, got {:?}", &buf[..n]);
+    // protocol_version (70) or handshake_failure (40): either way no TLS 1.1 session
+    assert!(
+        matches!(buf[6], 40 | 70),
+        "expected a fatal handshake alert, got {:?}",
+        &buf[..n]
+    );
+
+    // plain HTTP on the TLS port: closed promptly, no HTTP answer
+    let started = Instant::now();
+    let mut tcp = TcpStream::connect(r.addr).await.unwrap();
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let mut all = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), tcp.read_to_end(&mut all))
+        .await
+        .expect("connection not closed");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(!all.starts_with(b"HTTP/"), "plain HTTP was answered");
+
+    // a client that trusts another CA refuses the server
+    let other = bundle();
+    assert!(
+        call(
+            r.addr,
+            default_client(&other.ca_cert_pem),
+            "GET",
+            "/healthz",
+            None,
+            vec![]
+        )
+        .await
+        .is_err()
+    );
+    r.shutdown().await.unwrap();
+}
+
+fn client_cert(ca: &certs::Bundle) -> (String, String) {
+    use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, Issuer, KeyPair};
+    let issuer =
+        Issuer::from_ca_cert_pem(&ca.ca_cert_pem, KeyPair::from_pem(&ca.ca_key_pem).unwrap())
+            .unwrap();
+    let mut params = CertificateParams::new(vec!["kube-apiserver".to_string()]).unwrap();
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+#[tokio::test]
+async fn mutual_tls_accepts_and_refuses() {
+    let b = bundle();
+    let client_ca = bundle();
+    let mut m = material(&b);
+    m.client_ca_pem = Some(client_ca.ca_cert_pem.clone().into_bytes());
+    let r = start_with(
+        ServeOptions::new(local(), TlsSource::Fixed(m)),
+        Arc::new(NoCluster),
+    )
+    .await;
+    let ca = &b.ca_cert_pem;
+
+    let (cert, key) = client_cert(&client_ca);
+    let good = client_config(ca, Some((&cert, &key)), rustls::DEFAULT_VERSIONS);
+    let (s, _) = call(
+        r.addr,
+        good,
+        "POST",
+        "/mutate",
+        Some("application/json"),
+        FIXTURE.as_bytes().to_vec(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s, StatusCode::OK);
+
+    // no client certificate: refused
+    assert!(
+        call(r.addr, default_client(ca), "GET", "/healthz", None, vec![])
+            .await
+            .is_err()
+    );
+    // a certificate from another CA: refused
+    let stranger = bundle();
+    let (cert, key) = client_cert(&stranger);
+    let bad = client_config(ca, Some((&cert, &key)), rustls::DEFAULT_VERSIONS);
+    assert!(
+        call(r.addr, bad, "GET", "/healthz", None, vec![])
+            .await
+            .is_err()
+    );
+    r.shutdown().await.unwrap();
+}
+
+/// Lays out a directory the way the kubelet mounts a Secret: files are symlinks through `..data`, which is
+/// swapped atomically to a new timestamped directory on every update.
+struct SecretDir {
+    root: PathBuf,
+    generation: u32,
+}
+
+impl SecretDir {
+    fn new(name: &str) -> Self {
+        let root = std::env::temp_dir().join(format!("pdp-secret-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        SecretDir {
+            root,
+            generation: 0,
+        }
+    }
+
+    fn write(&mut self, files: &[(&str, &str)]) {
+        self.generation += 1;
+        let dir_name = format!("..2026_11_29_{:04}", self.generation);
+        let dir = self.root.join(&dir_name);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, content) in files {
+            std::fs::write(dir.join(name), content).unwrap();
+            let link = self.root.join(name);
+            if !link.exists() {
+                std::os::unix::fs::symlink(Path::new("..data").join(name), &link).unwrap();
+            }
+        }
+        let tmp = self.root.join("..data_tmp");
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&dir_name, &tmp).unwrap();
+        std::fs::rename(&tmp, self.root.join("..data")).unwrap();
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+}
+
+async fn wait_for<F: AsyncFnMut() -> bool>(mut check: F) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn certificate_rotation_without_restart() {
+    let first = bundle();
+    let mut secret = SecretDir::new("rotation");
+    secret.write(&[("tls.crt", &first.cert_pem), ("tls.key", &first.key_pem)]);
+    let mut options = ServeOptions::new(
+        local(),
+        TlsSource::Files(TlsFiles {
+            cert: secret.path("tls.crt"),
+            key: secret.path("tls.key"),
+            client_ca: None,
+        }),
+    );
+    options.reload_interval = Duration::from_millis(50);
+    let r = start_with(options, Arc::new(NoCluster)).await;
+    assert!(
+        call(
+            r.addr,
+            default_client(&first.ca_cert_pem),
+            "GET",
+            "/healthz",
+            None,
+            vec![]
+        )
+        .await
+        .is_ok()
+    );
+
+    // an open keep-alive connection from before the rotation keeps working
+    let mut old_conn = connect(r.addr, default_client(&first.ca_cert_pem))
+        .await
+        .unwrap();
+
+    // rotate to a pair from a new CA: new handshakes see the new certificate
+    let second = bundle();
+    secret.write(&[("tls.crt", &second.cert_pem), ("tls.key", &second.key_pem)]);
+    let addr = r.addr;
+    let ca2 = second.ca_cert_pem.clone();
+    assert!(
+        wait_for(
+            async || call(addr, default_client(&ca2), "GET", "/healthz", None, vec![])
+                .await
+                .is_ok()
+        )
+        .await,
+        "new certificate not served"
+    );
+    assert!(
+        call(
+            r.addr,
+            default_client(&first.ca_cert_pem),
+            "GET",
+            "/healthz",
+            None,
+            vec![]
+        )
+        .await
+        .is_err()
+    );
+    let (s, _) = send(&mut old_conn, "GET", "/healthz", None, vec![])
+        .await
+        .unwrap();
+    assert_eq!(s, StatusCode::OK);
+
+    // a cert-only change (new certificate, old key) is refused: the old pair keeps serving
+    let third = bundle();
+    secret.write(&[("tls.crt", &third.cert_pem), ("tls.key", &second.key_pem)]);
+    let ca = second.ca_cert_pem.clone();
+    assert!(
+        wait_for(async || {
+            let (_, text) = get_text(&r, &ca, "/metrics").await;
+            text.contains("pdp_injector_certificate_reloads_total{result=\"failure\"} 1\n")
+        })
+        .await,
+        "failed reload not counted"
+    );
+    assert!(
+        call(
+            r.addr,
+            default_client(&second.ca_cert_pem),
+            "GET",
+            "/healthz",
+            None,
+            vec![]
+        )
+        .await
+        .is_ok()
+    );
+    assert!(
+        call(
+            r.addr,
+            default_client(&third.ca_cert_pem),
+            "GET",
+            "/healthz",
+            None,
+            vec![]
+        )
+        .await
+        .is_err()
+    );
+    let (_, text) = get_text(&r, &second.ca_cert_pem, "/metrics").await;
+    assert!(
+        text.contains("pdp_injector_certificate_reloads_total{result=\"success\"} 1\n"),
+        "{text}"
+    );
+    r.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&secret.root);
+}
+
+#[tokio::test]
+async fn config_reload_good_and_bad() {
+    let b = bundle();
+    let mut dir = SecretDir::new("config");
+    dir.write(&[("config.yaml", "defaultMode: daemonset\n")]);
+    let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
+    options.config_path = Some(dir.path("config.yaml"));
+    options.reload_interval = Duration::from_millis(50);
+    let r = start_with(options, Arc::new(NoCluster)).await;
+    let ca = b.ca_cert_pem.clone();
+    let (_, out) = post(&r, &ca, annotated("enabled")).await;
+    assert_eq!(
+        out["response"]["auditAnnotations"]["reason"],
+        "injected_daemonset"
+    );
+
+    dir.write(&[("config.yaml", "defaultMode: sidecar\n")]);
+    assert!(
+        wait_for(async || post(&r, &ca, annotated("enabled")).await.1["response"]["auditAnnotations"]["reason"] == "injected_sidecar").await,
+        "good config not picked up"
+    );
+
+    dir.write(&[("config.yaml", "defaultMode: sidecar\nbogus: 1\n")]);
+    assert!(
+        wait_for(async || get_text(&r, &ca, "/metrics")
+            .await
+            .1
+            .contains("pdp_injector_config_reloads_total{result=\"failure\"} 1\n"))
+        .await,
+        "bad config not counted"
+    );
+    let (_, out) = post(&r, &ca, annotated("enabled")).await;
+    assert_eq!(
+        out["response"]["auditAnnotations"]["reason"], "injected_sidecar",
+        "the last good config stays"
+    );
+    let (_, text) = get_text(&r, &ca, "/metrics").await;
+    assert!(
+        text.contains("pdp_injector_config_reloads_total{result=\"success\"} 1\n"),
+        "{text}"
+    );
+    r.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir.root);
+}
+
+#[tokio::test]
+async fn readiness_fails_at_once_on_shutdown_while_requests_are_still_answered() {
+    let b = bundle();
+    let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
+    options.drain_delay = Duration::from_millis(800);
+    let r = start_with(options, Arc::new(NoCluster)).await;
+    let addr = r.addr;
+    let ca = b.ca_cert_pem.clone();
+    let mut keep_alive = connect(addr, default_client(&ca)).await.unwrap();
+    let stopping = tokio::spawn(r.shutdown());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (s, body) = call(addr, default_client(&ca), "GET", "/readyz", None, vec![])
+        .await
+        .unwrap();
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(String::from_utf8(body).unwrap().contains("shutting down"));
+    // during the drain delay, reviews are still answered, on new and on open connections
+    let (s, _) = call(
+        addr,
+        default_client(&ca),
+        "POST",
+        "/mutate",
+        Some("application/json"),
+        annotated("sidecar"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s, StatusCode::OK);
+    let (s, _) = send(
+        &mut keep_alive,
+        "POST",
+        "/mutate",
+        Some("application/json"),
+        annotated("sidecar"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s, StatusCode::OK);
+    stopping.await.unwrap().unwrap();
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "still accepting after shutdown"
+    );
+}
+
+#[tokio::test]
+async fn overload_and_deadlines_answer_fast() {
+    let b = bundle();
+    let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
+    options.max_in_flight = 1;
+    let r = start_with(options, Arc::new(NoCluster)).await;
+    let ca = b.ca_cert_pem.clone();
+
+    // Hold the only permit with a request whose body never completes.
+    let tcp = TcpStream::connect(r.addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(default_client(&ca))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    tls.write_all(b"POST /mutate?timeout=1s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let started = Instant::now();
+    let (s, body) = call(
+        r.addr,
+        default_client(&ca),
+        "POST",
+        "/mutate",
+        Some("application/json"),
+        FIXTURE.as_bytes().to_vec(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "503 took {:?}",
+        started.elapsed()
+    );
+
+    // the held request hits its ?timeout=1s deadline and gets 504
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), async {
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = tls.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            answer.extend_from_slice(&buf[..n]);
+            if answer.windows(4).any(|w| w == b"\r\n\r\n") && answer.ends_with(b"}") {
+                break;
+            }
+        }
+    })
+    .await;
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 504"), "{text}");
+
+    // and the permit is free again
+    let (s, _) = call(
+        r.addr,
+        default_client(&ca),
+        "POST",
+        "/mutate",
+        Some("application/json"),
+        FIXTURE.as_bytes().to_vec(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s, StatusCode::OK);
+    let (_, text) = get_text(&r, &ca, "/metrics").await;
+    assert!(
+        text.contains("pdp_injector_request_errors_total{kind=\"overloaded\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pdp_injector_request_errors_total{kind=\"timeout\"} 1\n"),
+        "{text}"
+    );
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn slow_headers_are_cut_off() {
+    let b = bundle();
+    let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
+    options.header_timeout = Duration::from_millis(500);
+    options.handshake_timeout = Duration::from_millis(500);
+    let r = start_with(options, Arc::new(NoCluster)).await;
+
+    // a partial TLS ClientHello is dropped after the handshake timeout
+    let started = Instant::now();
+    let mut tcp = TcpStream::connect(r.addr).await.unwrap();
+    tcp.write_all(&tls11_client_hello()[..10]).await.unwrap();
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), tcp.read_to_end(&mut buf))
+        .await
+        .expect("not closed");
+    assert!(started.elapsed() < Duration::from_secs(2));
+
+    // partial headers after a complete handshake are dropped after the header timeout
+    let tcp = TcpStream::connect(r.addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(default_client(&b.ca_cert_pem))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    tls.write_all(b"POST /mutate HTTP/1.1\r\nHost: loc")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), tls.read_to_end(&mut buf))
+        .await
+        .expect("not closed");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    r.shutdown().await.unwrap();
+}
