@@ -410,10 +410,27 @@ impl Config {
         Ok(config)
     }
 
+    /// The same config for an apiserver without native sidecars (before 1.29): every sidecar becomes a classic
+    /// container. The hash changes with it, so the status annotation tells which form a Pod got.
+    pub fn with_classic_sidecars(mut self) -> Config {
+        for profile in self.profiles.values_mut() {
+            profile.sidecar.native = false;
+        }
+        self.hash = hash_of(&self);
+        self
+    }
+
     /// Names of the profiles, for error messages.
     pub fn profile_names(&self) -> String {
         self.profiles.keys().cloned().collect::<Vec<_>>().join(", ")
     }
+}
+
+fn hash_of(config: &Config) -> String {
+    // A config of strings, numbers and maps with string keys always serializes.
+    let canonical = serde_json::to_vec(config).expect("config serializes to JSON");
+    let digest = Sha256::digest(&canonical);
+    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn merge_profile(

@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod certs;
+pub mod cluster;
 pub mod config;
 pub mod decision;
 pub mod inject;

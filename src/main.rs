@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use pdp_injector::cluster;
 use pdp_injector::config::Config;
-use pdp_injector::namespaces::NoCluster;
+use pdp_injector::namespaces::{NamespaceSource, NoCluster};
 use pdp_injector::server::{self, ServeOptions, TlsSource, parse_duration};
 use pdp_injector::tls::{TlsFiles, TlsMaterial};
 use pdp_injector::{certs, offline, tls};
@@ -34,6 +35,14 @@ enum Command {
     Inject(InjectArgs),
     /// Generate a CA and a serving certificate for the webhook Service.
     Certs(CertsArgs),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ClusterMode {
+    /// Connect when a kubeconfig or in-cluster config is found, else run without a cluster.
+    Auto,
+    /// Never connect: namespaces count as unlabelled.
+    Off,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -71,6 +80,9 @@ struct ServeArgs {
         default_value = "text"
     )]
     log_format: LogFormat,
+    /// Cluster connection (KUBECONFIG or in-cluster) for namespace labels and the apiserver version.
+    #[arg(long, env = "PDP_INJECTOR_CLUSTER", value_enum, default_value = "auto")]
+    cluster: ClusterMode,
     /// Where the self-signed CA and certificate are written when no --cert/--key are given.
     #[arg(long, env = "PDP_INJECTOR_SELF_SIGNED_DIR", default_value_os_t = std::env::temp_dir().join("pdp-injector"))]
     self_signed_dir: PathBuf,
@@ -152,6 +164,29 @@ async fn shutdown_signal() {
     }
 }
 
+/// The cluster client, or `None` (said in the log) when there is no cluster to talk to.
+async fn connect(mode: ClusterMode) -> Option<kube::Client> {
+    if mode == ClusterMode::Off {
+        tracing::info!("--cluster off: namespaces count as unlabelled; Pods opt in by annotation");
+        return None;
+    }
+    match kube::Config::infer().await {
+        Ok(config) => match kube::Client::try_from(config) {
+            Ok(client) => Some(client),
+            Err(e) => {
+                tracing::warn!(error = %e, "cluster config found but unusable; running without a cluster");
+                None
+            }
+        },
+        Err(_) => {
+            tracing::info!(
+                "no cluster (no kubeconfig, not in a Pod): namespaces count as unlabelled; Pods opt in by annotation"
+            );
+            None
+        }
+    }
+}
+
 fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     init_logging(args.log_format);
     let tls_source = match (&args.cert, &args.key) {
@@ -205,8 +240,15 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        tracing::info!("no cluster connection configured: namespaces count as unlabelled; Pods opt in by annotation");
-        let running = server::start(options, Arc::new(NoCluster)).await?;
+        let mut options = options;
+        let namespaces: Arc<dyn NamespaceSource> = match connect(args.cluster).await {
+            Some(client) => {
+                options.native_sidecars = cluster::native_sidecars(&client).await;
+                Arc::new(cluster::ClusterNamespaces::spawn(client))
+            }
+            None => Arc::new(NoCluster),
+        };
+        let running = server::start(options, namespaces).await?;
         shutdown_signal().await;
         running.shutdown().await?;
         anyhow::Ok(())

@@ -1,13 +1,24 @@
 //! Where the webhook learns a namespace's labels. The request path only reads memory: no API call per request.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use crate::decision::NamespaceInfo;
 
 /// A source of namespace facts for the core.
 pub trait NamespaceSource: Send + Sync {
-    /// What is known of `name` now. An unknown namespace yields a bare [`NamespaceInfo`] (no labels).
-    fn lookup(&self, name: &str) -> NamespaceInfo;
+    /// What is known of `name` now, from memory; `None` when the namespace is not (yet) known.
+    fn lookup(&self, name: &str) -> Option<NamespaceInfo>;
     /// True once the source has its first complete view (readiness waits for it).
     fn synced(&self) -> bool;
+    /// Asks the cluster for a namespace the cache does not have yet (created a moment ago): without this, a Pod
+    /// in a freshly labelled namespace would be taken as not opted in. Sources without a cluster return `None`.
+    fn fetch<'a>(
+        &'a self,
+        _name: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Option<NamespaceInfo>> + Send + 'a>> {
+        Box::pin(std::future::ready(None))
+    }
 }
 
 /// No cluster (local `serve`, tests): every namespace is unlabelled, so only Pod annotations opt in and the
@@ -16,8 +27,8 @@ pub trait NamespaceSource: Send + Sync {
 pub struct NoCluster;
 
 impl NamespaceSource for NoCluster {
-    fn lookup(&self, name: &str) -> NamespaceInfo {
-        NamespaceInfo::named(name)
+    fn lookup(&self, name: &str) -> Option<NamespaceInfo> {
+        Some(NamespaceInfo::named(name))
     }
 
     fn synced(&self) -> bool {
@@ -30,11 +41,13 @@ impl NamespaceSource for NoCluster {
 pub struct Static(pub std::collections::HashMap<String, NamespaceInfo>);
 
 impl NamespaceSource for Static {
-    fn lookup(&self, name: &str) -> NamespaceInfo {
-        self.0
-            .get(name)
-            .cloned()
-            .unwrap_or_else(|| NamespaceInfo::named(name))
+    fn lookup(&self, name: &str) -> Option<NamespaceInfo> {
+        Some(
+            self.0
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| NamespaceInfo::named(name)),
+        )
     }
 
     fn synced(&self) -> bool {

@@ -20,6 +20,7 @@ use tracing::{Instrument, Span, error, info, info_span, warn};
 
 use crate::admission;
 use crate::config::{Config, ConfigError};
+use crate::decision::NamespaceInfo;
 use crate::metrics::{ErrorKind, Metrics};
 use crate::namespaces::NamespaceSource;
 use crate::tls::{self, TlsError, TlsFiles, TlsMaterial};
@@ -60,6 +61,8 @@ pub struct ServeOptions {
     pub drain_delay: Duration,
     /// How long in-flight requests get to finish once draining starts.
     pub shutdown_grace: Duration,
+    /// False on apiservers older than 1.29: every profile's sidecar is rendered as a classic container.
+    pub native_sidecars: bool,
 }
 
 impl ServeOptions {
@@ -77,6 +80,7 @@ impl ServeOptions {
             reload_interval: Duration::from_secs(2),
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(25),
+            native_sidecars: true,
         }
     }
 }
@@ -188,6 +192,7 @@ pub async fn start(
         Some(p) => Config::load(p)?,
         None => Config::builtin(),
     };
+    let config = fit_to_cluster(config, options.native_sidecars);
     let material = match &options.tls {
         TlsSource::Files(files) => files.read()?,
         TlsSource::Fixed(m) => m.clone(),
@@ -244,6 +249,7 @@ pub async fn start(
         material.fingerprint(),
         options.config_path.clone(),
         options.reload_interval,
+        options.native_sidecars,
     ));
     Ok(Running {
         addr,
@@ -265,6 +271,7 @@ async fn reload_loop(
     mut tls_seen: [u8; 32],
     config_path: Option<PathBuf>,
     interval: Duration,
+    native_sidecars: bool,
 ) {
     let mut config_seen = config_path
         .as_deref()
@@ -329,6 +336,7 @@ async fn reload_loop(
                             .and_then(Config::from_yaml)
                         {
                             Ok(config) => {
+                                let config = fit_to_cluster(config, native_sidecars);
                                 info!(hash = %config.hash, "config reloaded");
                                 state.set_config(config);
                                 state.metrics.config_reload(true);
@@ -350,6 +358,14 @@ async fn reload_loop(
                 }
             }
         }
+    }
+}
+
+fn fit_to_cluster(config: Config, native_sidecars: bool) -> Config {
+    if native_sidecars {
+        config
+    } else {
+        config.with_classic_sidecars()
     }
 }
 
@@ -522,8 +538,26 @@ async fn answer(state: &AppState, request: Request) -> Response {
         }
     };
     let config = state.config();
-    let lookup = |ns: &str| state.namespaces.lookup(ns);
-    match admission::review(&body, &config, &lookup) {
+    let (mut result, missed) = {
+        let missed = std::cell::Cell::new(None::<String>);
+        let lookup = |ns: &str| {
+            state.namespaces.lookup(ns).unwrap_or_else(|| {
+                missed.set(Some(ns.to_string()));
+                NamespaceInfo::named(ns)
+            })
+        };
+        let result = admission::review(&body, &config, &lookup);
+        (result, missed.into_inner())
+    };
+    if let Some(name) = missed {
+        // The watch has not seen this namespace yet: ask the apiserver once rather than guess "not opted in".
+        if let Some(info) = state.namespaces.fetch(&name).await {
+            result = admission::review(&body, &config, &|_: &str| info.clone());
+        } else {
+            warn!(namespace = %name, "namespace unknown to the cache and the apiserver; treated as unlabelled");
+        }
+    }
+    match result {
         Ok((bytes, summary)) => {
             state.metrics.review(summary.reason);
             let span = Span::current();

@@ -928,3 +928,74 @@ async fn slow_headers_are_cut_off() {
     );
     r.shutdown().await.unwrap();
 }
+
+/// A namespace cache that has not seen the namespace yet; the apiserver (fetch) has it, labelled.
+struct LaggingCache {
+    fetches: std::sync::atomic::AtomicUsize,
+}
+
+impl NamespaceSource for LaggingCache {
+    fn lookup(&self, _name: &str) -> Option<NamespaceInfo> {
+        None
+    }
+    fn synced(&self) -> bool {
+        true
+    }
+    fn fetch<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<NamespaceInfo>> + Send + 'a>>
+    {
+        self.fetches
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async move {
+            Some(NamespaceInfo {
+                name: name.into(),
+                injection: Some("daemonset".into()),
+                pss_enforce: Some("baseline".into()),
+            })
+        })
+    }
+}
+
+#[tokio::test]
+async fn namespace_missing_from_the_cache_is_fetched_not_guessed() {
+    let b = bundle();
+    let cache = Arc::new(LaggingCache {
+        fetches: Default::default(),
+    });
+    let r = start_with(
+        ServeOptions::new(local(), TlsSource::Fixed(material(&b))),
+        cache.clone(),
+    )
+    .await;
+    let (_, out) = post(&r, &b.ca_cert_pem, FIXTURE.as_bytes().to_vec()).await;
+    assert_eq!(
+        out["response"]["auditAnnotations"]["reason"],
+        "injected_daemonset"
+    );
+    let warnings = out["response"]["warnings"].as_array().unwrap();
+    assert!(
+        warnings[0].as_str().unwrap().contains("downgraded_pss"),
+        "{warnings:?}"
+    );
+    assert_eq!(cache.fetches.load(std::sync::atomic::Ordering::SeqCst), 1);
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn classic_sidecars_for_old_apiservers() {
+    let b = bundle();
+    let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
+    options.native_sidecars = false;
+    let r = start_with(options, Arc::new(NoCluster)).await;
+    let (_, out) = post(&r, &b.ca_cert_pem, annotated("sidecar")).await;
+    let mut pod =
+        serde_json::from_slice::<Value>(&annotated("sidecar")).unwrap()["request"]["object"]
+            .clone();
+    json_patch::patch(&mut pod, &decode_patch(&out["response"])).unwrap();
+    assert!(pod["spec"].get("initContainers").is_none(), "{pod}");
+    assert_eq!(pod["spec"]["containers"][1]["name"], "cerbos-pdp");
+    assert!(pod["spec"]["containers"][1].get("restartPolicy").is_none());
+    r.shutdown().await.unwrap();
+}
