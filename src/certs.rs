@@ -70,7 +70,22 @@ pub fn generate(sans: &[String], ca_days: i64, days: i64) -> Result<Bundle, Cert
     let ca_cert_pem = ca_cert.pem();
     let ca_key_pem = ca_key.serialize_pem();
     let issuer = Issuer::new(ca_params, ca_key);
+    let (cert_pem, key_pem) = generate_with_issuer(sans, days, &issuer)?;
+    Ok(Bundle {
+        ca_cert_pem,
+        ca_key_pem,
+        cert_pem,
+        key_pem,
+    })
+}
 
+/// A serving certificate for `sans`, valid for `days`, signed by `issuer`; returns (certificate, key) in PEM.
+pub fn generate_with_issuer(
+    sans: &[String],
+    days: i64,
+    issuer: &Issuer<'_, KeyPair>,
+) -> Result<(String, String), CertError> {
+    let now = OffsetDateTime::now_utc();
     let mut params = CertificateParams::new(sans.to_vec())?;
     params.distinguished_name.push(
         DnType::CommonName,
@@ -83,16 +98,11 @@ pub fn generate(sans: &[String], ca_days: i64, days: i64) -> Result<Bundle, Cert
         KeyUsagePurpose::KeyEncipherment,
     ];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.not_before = not_before;
+    params.not_before = now - Duration::minutes(5);
     params.not_after = now + Duration::days(days);
     let key = KeyPair::generate()?;
-    let cert = params.signed_by(&key, &issuer)?;
-    Ok(Bundle {
-        ca_cert_pem,
-        ca_key_pem,
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-    })
+    let cert = params.signed_by(&key, issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
 }
 
 impl Bundle {

@@ -15,5 +15,6 @@ pub mod names;
 pub mod namespaces;
 pub mod offline;
 pub mod render;
+pub mod selfcerts;
 pub mod server;
 pub mod tls;

@@ -14,7 +14,7 @@ use pdp_injector::config::Config;
 use pdp_injector::namespaces::{NamespaceSource, NoCluster};
 use pdp_injector::server::{self, ServeOptions, TlsSource, parse_duration};
 use pdp_injector::tls::{TlsFiles, TlsMaterial};
-use pdp_injector::{certs, offline, tls};
+use pdp_injector::{certs, offline, selfcerts, tls};
 
 #[derive(Parser)]
 #[command(
@@ -30,7 +30,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the HTTPS admission webhook (/mutate, /healthz, /readyz, /metrics).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Inject a multi-document YAML stream offline and print the result.
     Inject(InjectArgs),
     /// Generate a CA and a serving certificate for the webhook Service.
@@ -80,6 +80,28 @@ struct ServeArgs {
         default_value = "text"
     )]
     log_format: LogFormat,
+    /// Keep the CA and serving certificate in a Secret (create, renew, patch caBundle) instead of files.
+    #[arg(long, env = "PDP_INJECTOR_SELF_MANAGED_CERTS", conflicts_with_all = ["cert", "key"])]
+    self_managed_certs: bool,
+    /// Namespace of the webhook (its Secret and Service).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "pdp-system")]
+    namespace: String,
+    /// Service name the apiserver dials (the certificate's SANs).
+    #[arg(long, env = "PDP_INJECTOR_SERVICE", default_value = "pdp-injector")]
+    service: String,
+    /// Secret for self-managed certificates.
+    #[arg(long, env = "PDP_INJECTOR_SECRET", default_value = "pdp-injector-tls")]
+    secret_name: String,
+    /// MutatingWebhookConfiguration whose caBundle self-managed mode keeps current.
+    #[arg(
+        long,
+        env = "PDP_INJECTOR_WEBHOOK_CONFIG",
+        default_value = "pdp-injector"
+    )]
+    webhook_config: String,
+    /// Validity of self-managed serving certificates, in days (renewed when 30 days or a third are left).
+    #[arg(long, env = "PDP_INJECTOR_CERT_DAYS", default_value_t = 90)]
+    cert_days: i64,
     /// Cluster connection (KUBECONFIG or in-cluster) for namespace labels and the apiserver version.
     #[arg(long, env = "PDP_INJECTOR_CLUSTER", value_enum, default_value = "auto")]
     cluster: ClusterMode,
@@ -187,64 +209,106 @@ async fn connect(mode: ClusterMode) -> Option<kube::Client> {
     }
 }
 
+/// The first self-managed certificate: retried until the API answers (the server cannot start without one).
+async fn first_certificate(client: &kube::Client, settings: &selfcerts::Settings) -> TlsMaterial {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match selfcerts::reconcile(client, settings).await {
+            Ok(material) => return material,
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?delay, "self-managed certificates not ready");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// A CA and a certificate for localhost, written where the user can find the CA.
+fn self_signed(
+    dir: &std::path::Path,
+    client_ca_pem: Option<Vec<u8>>,
+) -> anyhow::Result<TlsMaterial> {
+    let mut sans = vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        "::1".to_string(),
+    ];
+    sans.extend(certs::service_sans("pdp-injector", "pdp-system"));
+    let bundle = certs::generate(&sans, 30, 30)?;
+    bundle.write(dir)?;
+    let ca = dir.join("ca.crt");
+    tracing::warn!(
+        ca = %ca.display(),
+        "no --cert/--key: serving a generated self-signed certificate for localhost; trust it with --cacert {}",
+        ca.display()
+    );
+    Ok(TlsMaterial {
+        cert_pem: bundle.cert_pem.into_bytes(),
+        key_pem: bundle.key_pem.into_bytes(),
+        client_ca_pem,
+    })
+}
+
 fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     init_logging(args.log_format);
-    let tls_source = match (&args.cert, &args.key) {
-        (Some(cert), Some(key)) => TlsSource::Files(TlsFiles {
+    let client_ca_pem = match &args.client_ca {
+        Some(p) => Some(
+            std::fs::read(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    let files = match (&args.cert, &args.key) {
+        (Some(cert), Some(key)) => Some(TlsFiles {
             cert: cert.clone(),
             key: key.clone(),
             client_ca: args.client_ca.clone(),
         }),
-        _ => {
-            let mut sans = vec![
-                "localhost".to_string(),
-                "127.0.0.1".to_string(),
-                "::1".to_string(),
-            ];
-            sans.extend(certs::service_sans("pdp-injector", "pdp-system"));
-            let bundle = certs::generate(&sans, 30, 30)?;
-            bundle.write(&args.self_signed_dir)?;
-            let ca = args.self_signed_dir.join("ca.crt");
-            tracing::warn!(
-                ca = %ca.display(),
-                "no --cert/--key: serving a generated self-signed certificate for localhost; trust it with --cacert {}",
-                ca.display()
-            );
-            let client_ca_pem = match &args.client_ca {
-                Some(p) => Some(
-                    std::fs::read(p)
-                        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?,
-                ),
-                None => None,
-            };
-            TlsSource::Fixed(TlsMaterial {
-                cert_pem: bundle.cert_pem.into_bytes(),
-                key_pem: bundle.key_pem.into_bytes(),
-                client_ca_pem,
-            })
-        }
-    };
-    let options = ServeOptions {
-        config_path: args.config.clone(),
-        max_in_flight: args.max_in_flight,
-        body_limit: args.body_limit,
-        handshake_timeout: args.handshake_timeout,
-        header_timeout: args.handshake_timeout,
-        request_timeout: args.request_timeout,
-        reload_interval: args.reload_interval,
-        drain_delay: args.drain_delay,
-        shutdown_grace: args.shutdown_grace,
-        ..ServeOptions::new(args.listen, tls_source)
+        _ => None,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let mut options = options;
-        let namespaces: Arc<dyn NamespaceSource> = match connect(args.cluster).await {
+        let client = connect(args.cluster).await;
+        let tls_source = match files {
+            Some(files) => TlsSource::Files(files),
+            None if args.self_managed_certs => {
+                let Some(client) = client.clone() else {
+                    anyhow::bail!(
+                        "--self-managed-certs needs a cluster connection (in-cluster or KUBECONFIG)"
+                    );
+                };
+                let mut settings = selfcerts::Settings::new(args.namespace.clone());
+                settings.service = args.service.clone();
+                settings.secret_name = args.secret_name.clone();
+                settings.webhook_config = args.webhook_config.clone();
+                settings.cert_days = args.cert_days.max(1);
+                settings.renew_before_days = (args.cert_days / 3).clamp(0, 30);
+                settings.client_ca_pem = client_ca_pem;
+                let material = first_certificate(&client, &settings).await;
+                let (tx, rx) = tokio::sync::watch::channel(material);
+                tokio::spawn(selfcerts::keep_reconciling(client, settings, tx));
+                TlsSource::Watched(rx)
+            }
+            None => TlsSource::Fixed(self_signed(&args.self_signed_dir, client_ca_pem)?),
+        };
+        let mut options = ServeOptions {
+            config_path: args.config.clone(),
+            max_in_flight: args.max_in_flight,
+            body_limit: args.body_limit,
+            handshake_timeout: args.handshake_timeout,
+            header_timeout: args.handshake_timeout,
+            request_timeout: args.request_timeout,
+            reload_interval: args.reload_interval,
+            drain_delay: args.drain_delay,
+            shutdown_grace: args.shutdown_grace,
+            ..ServeOptions::new(args.listen, tls_source)
+        };
+        let namespaces: Arc<dyn NamespaceSource> = match &client {
             Some(client) => {
-                options.native_sidecars = cluster::native_sidecars(&client).await;
-                Arc::new(cluster::ClusterNamespaces::spawn(client))
+                options.native_sidecars = cluster::native_sidecars(client).await;
+                Arc::new(cluster::ClusterNamespaces::spawn(client.clone()))
             }
             None => Arc::new(NoCluster),
         };
@@ -356,7 +420,7 @@ fn main() -> ExitCode {
     tls::install_default_provider();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => run_serve(args),
+        Command::Serve(args) => run_serve(*args),
         Command::Inject(args) => run_inject(args),
         Command::Certs(args) => run_certs(args),
     };

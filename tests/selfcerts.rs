@@ -1,0 +1,338 @@
+//! Self-managed certificates against a fake kube-apiserver (a tower service with resourceVersion semantics):
+//! create-if-absent, renewal, the two-replica race, and the caBundle patch.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use pdp_injector::selfcerts::{self, Assessment, Settings, assess};
+use serde_json::{Value, json};
+
+const SECRET: &str = "/api/v1/namespaces/pdp-system/secrets/pdp-injector-tls";
+const SECRETS: &str = "/api/v1/namespaces/pdp-system/secrets";
+const MWC: &str =
+    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/pdp-injector";
+
+/// The objects of the fake apiserver, by path, and what happened to them.
+#[derive(Default)]
+struct World {
+    objects: HashMap<String, Value>,
+    next_rv: u64,
+    creates: usize,
+    replaces: usize,
+    conflicts: usize,
+    /// The first GETs of the Secret wait here for each other (forces replicas to interleave).
+    gate: Option<Arc<tokio::sync::Barrier>>,
+    /// How many GETs still pass through the gate.
+    gated: usize,
+}
+
+fn status(code: StatusCode, reason: &str, message: &str) -> Response<Full<Bytes>> {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code.as_u16()});
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap()
+}
+
+fn ok(v: &Value, code: StatusCode) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(v.to_string())))
+        .unwrap()
+}
+
+async fn handle(
+    world: Arc<Mutex<World>>,
+    req: Request<kube::client::Body>,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let body = req.into_body().collect().await.unwrap().to_bytes();
+    if method == "GET" && path == SECRET {
+        let gate = {
+            let mut w = world.lock().unwrap();
+            if w.gated > 0 {
+                w.gated -= 1;
+                w.gate.clone()
+            } else {
+                None
+            }
+        };
+        if let Some(gate) = gate {
+            gate.wait().await;
+        }
+    }
+    let mut w = world.lock().unwrap();
+    let resp = match (method.as_str(), path.as_str()) {
+        ("GET", p) => match w.objects.get(p) {
+            Some(v) => ok(v, StatusCode::OK),
+            None => status(StatusCode::NOT_FOUND, "NotFound", "not found"),
+        },
+        ("POST", SECRETS) => {
+            if w.objects.contains_key(SECRET) {
+                status(
+                    StatusCode::CONFLICT,
+                    "AlreadyExists",
+                    "secrets \"pdp-injector-tls\" already exists",
+                )
+            } else {
+                let mut v: Value = serde_json::from_slice(&body).unwrap();
+                w.next_rv += 1;
+                v["metadata"]["resourceVersion"] = json!(w.next_rv.to_string());
+                w.creates += 1;
+                w.objects.insert(SECRET.into(), v.clone());
+                ok(&v, StatusCode::CREATED)
+            }
+        }
+        ("PUT", p) => {
+            let mut v: Value = serde_json::from_slice(&body).unwrap();
+            let current = w
+                .objects
+                .get(p)
+                .map(|o| o["metadata"]["resourceVersion"].clone());
+            if current.as_ref() != Some(&v["metadata"]["resourceVersion"]) {
+                w.conflicts += 1;
+                status(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    "the object has been modified",
+                )
+            } else {
+                w.next_rv += 1;
+                v["metadata"]["resourceVersion"] = json!(w.next_rv.to_string());
+                w.replaces += 1;
+                w.objects.insert(p.to_string(), v.clone());
+                ok(&v, StatusCode::OK)
+            }
+        }
+        _ => status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("{method} {path}"),
+        ),
+    };
+    Ok(resp)
+}
+
+fn fake() -> (kube::Client, Arc<Mutex<World>>) {
+    pdp_injector::tls::install_default_provider();
+    let world = Arc::new(Mutex::new(World::default()));
+    let w = world.clone();
+    let service = tower::service_fn(move |req| handle(w.clone(), req));
+    let mut webhook = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "pdp-injector", "resourceVersion": "1"},
+        "webhooks": [
+            {"name": "namespaces.pdp-injector.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+             "clientConfig": {"service": {"name": "pdp-injector", "namespace": "pdp-system", "path": "/mutate"}}},
+            {"name": "pods.pdp-injector.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+             "clientConfig": {"service": {"name": "pdp-injector", "namespace": "pdp-system", "path": "/mutate"}}}
+        ]
+    });
+    webhook["metadata"]["resourceVersion"] = json!("1");
+    {
+        let mut w = world.lock().unwrap();
+        w.next_rv = 1;
+        w.objects.insert(MWC.into(), webhook);
+    }
+    (kube::Client::new(service, "pdp-system"), world)
+}
+
+fn settings() -> Settings {
+    Settings::new("pdp-system")
+}
+
+fn stored_secret(world: &Mutex<World>) -> Secret {
+    serde_json::from_value(world.lock().unwrap().objects[SECRET].clone()).unwrap()
+}
+
+#[tokio::test]
+async fn creates_the_secret_when_absent_and_patches_the_ca_bundle() {
+    let (client, world) = fake();
+    let material = selfcerts::reconcile(&client, &settings()).await.unwrap();
+    let secret = stored_secret(&world);
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+    let data = secret.data.unwrap();
+    assert_eq!(data["tls.crt"].0, material.cert_pem);
+    assert!(pdp_injector::tls::build(&material).is_ok());
+
+    let mwc: MutatingWebhookConfiguration =
+        serde_json::from_value(world.lock().unwrap().objects[MWC].clone()).unwrap();
+    for webhook in mwc.webhooks.unwrap() {
+        assert_eq!(
+            webhook.client_config.ca_bundle.unwrap().0,
+            data["ca.crt"].0,
+            "{}",
+            webhook.name
+        );
+    }
+    // A second pass changes nothing: same material, no writes.
+    let counts = |w: &Mutex<World>| {
+        let w = w.lock().unwrap();
+        (w.creates, w.replaces)
+    };
+    let before = counts(&world);
+    let again = selfcerts::reconcile(&client, &settings()).await.unwrap();
+    assert_eq!(again, material);
+    assert_eq!(counts(&world), before);
+}
+
+#[tokio::test]
+async fn two_replicas_starting_at_once_converge_on_one_certificate() {
+    let (client, world) = fake();
+    {
+        let mut w = world.lock().unwrap();
+        w.gate = Some(Arc::new(tokio::sync::Barrier::new(2)));
+        w.gated = 2;
+    }
+    let a = {
+        let client = client.clone();
+        tokio::spawn(async move { selfcerts::reconcile(&client, &settings()).await })
+    };
+    let b = {
+        let client = client.clone();
+        tokio::spawn(async move { selfcerts::reconcile(&client, &settings()).await })
+    };
+    // Both saw "absent"; release the gate for the re-reads.
+    let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
+    assert_eq!(a, b, "replicas serve different certificates");
+    let w = world.lock().unwrap();
+    assert_eq!(w.creates, 1, "exactly one create wins");
+    assert_eq!(
+        stored_secret_value(&w)["data"]["tls.crt"],
+        json!(base64(&a.cert_pem))
+    );
+}
+
+fn stored_secret_value(w: &World) -> Value {
+    w.objects[SECRET].clone()
+}
+
+fn base64(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[tokio::test]
+async fn renews_before_expiry_with_the_same_ca_and_a_resource_version() {
+    let (client, world) = fake();
+    let first = selfcerts::reconcile(&client, &settings()).await.unwrap();
+    let ca_before = stored_secret(&world).data.unwrap()["ca.crt"].clone();
+
+    // With a renewal window wider than the certificate's life, the certificate counts as expiring.
+    let mut eager = settings();
+    eager.renew_before_days = 365;
+    let renewed = selfcerts::reconcile(&client, &eager).await.unwrap();
+    assert_ne!(renewed.cert_pem, first.cert_pem);
+    let secret = stored_secret(&world);
+    assert_eq!(
+        secret.data.as_ref().unwrap()["ca.crt"],
+        ca_before,
+        "the CA is kept"
+    );
+    assert_eq!(
+        world.lock().unwrap().replaces,
+        2,
+        "Secret replaced once, MWC once (initial caBundle)"
+    );
+    assert_eq!(world.lock().unwrap().conflicts, 0);
+
+    // The renewed certificate chains to the unchanged CA (what the apiserver trusts through caBundle).
+    let ca_pem = String::from_utf8(ca_before.0).unwrap();
+    assert!(chains_to(&renewed.cert_pem, &ca_pem));
+}
+
+fn chains_to(cert_pem: &[u8], ca_pem: &str) -> bool {
+    use rustls::pki_types::pem::PemObject;
+    let der = rustls::pki_types::CertificateDer::from_pem_slice(cert_pem).unwrap();
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    let ca_der = rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap();
+    let (_, ca) = x509_parser::parse_x509_certificate(&ca_der).unwrap();
+    cert.issuer() == ca.subject() && cert.verify_signature(Some(ca.public_key())).is_ok()
+}
+
+#[tokio::test]
+async fn a_stale_resource_version_is_a_conflict_and_the_winner_is_used() {
+    let (client, world) = fake();
+    selfcerts::reconcile(&client, &settings()).await.unwrap();
+    let api: Api<Secret> = Api::namespaced(client.clone(), "pdp-system");
+    // Someone else renews between our read and our write: simulate by bumping the stored resourceVersion.
+    let mut stale = api.get("pdp-injector-tls").await.unwrap();
+    {
+        let mut w = world.lock().unwrap();
+        w.objects.get_mut(SECRET).unwrap()["metadata"]["resourceVersion"] = json!("999");
+    }
+    stale.metadata.labels = None;
+    let err = api
+        .replace("pdp-injector-tls", &Default::default(), &stale)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, kube::Error::Api(s) if s.is_conflict()));
+    // ensure_secret itself re-reads after a conflict and returns what is stored.
+    let (material, _) = selfcerts::ensure_secret(&api, &settings()).await.unwrap();
+    assert_eq!(
+        material.cert_pem,
+        stored_secret(&world).data.unwrap()["tls.crt"].0
+    );
+}
+
+#[test]
+fn assessment_of_broken_secrets() {
+    let s = settings();
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    assert_eq!(assess(&Secret::default(), &s, now), Assessment::Regenerate);
+    let bundle = pdp_injector::certs::generate(
+        &pdp_injector::certs::service_sans("pdp-injector", "pdp-system"),
+        3650,
+        90,
+    )
+    .unwrap();
+    let secret = |cert: &str, key: &str| -> Secret {
+        serde_json::from_value(json!({"data": {
+            "ca.crt": base64(bundle.ca_cert_pem.as_bytes()), "ca.key": base64(bundle.ca_key_pem.as_bytes()),
+            "tls.crt": base64(cert.as_bytes()), "tls.key": base64(key.as_bytes())}}))
+        .unwrap()
+    };
+    assert!(matches!(
+        assess(&secret(&bundle.cert_pem, &bundle.key_pem), &s, now),
+        Assessment::Valid(..)
+    ));
+    // garbage serving cert: renew with the CA
+    assert!(matches!(
+        assess(&secret("junk", &bundle.key_pem), &s, now),
+        Assessment::RenewWithCa(..)
+    ));
+    // a certificate for another Service: renew
+    let other = pdp_injector::certs::generate(&["elsewhere.svc".into()], 1, 90).unwrap();
+    assert!(matches!(
+        assess(&secret(&other.cert_pem, &other.key_pem), &s, now),
+        Assessment::RenewWithCa(..)
+    ));
+    // 100 days from now the 90-day certificate has expired; the 10-year CA has not
+    assert!(matches!(
+        assess(
+            &secret(&bundle.cert_pem, &bundle.key_pem),
+            &s,
+            now + 100 * 86_400
+        ),
+        Assessment::RenewWithCa(..)
+    ));
+    // 3,650 days from now the CA too: regenerate
+    assert_eq!(
+        assess(
+            &secret(&bundle.cert_pem, &bundle.key_pem),
+            &s,
+            now + 3650 * 86_400
+        ),
+        Assessment::Regenerate
+    );
+}
