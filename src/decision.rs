@@ -139,6 +139,14 @@ pub enum WarningCode {
 }
 
 impl WarningCode {
+    /// Every warning code, for documentation.
+    pub const ALL: [WarningCode; 4] = [
+        WarningCode::DowngradedPss,
+        WarningCode::EnvKept,
+        WarningCode::NamespaceOverride,
+        WarningCode::StatusUnreadable,
+    ];
+
     /// The stable code.
     pub fn code(self) -> &'static str {
         match self {
