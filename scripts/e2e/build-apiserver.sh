@@ -7,7 +7,9 @@
 #
 # Environment:
 #   E2E_CACHE_DIR        cache directory (default /var/cache/pdp-injector-e2e)
-#   E2E_KUBE_SRC_VERSION Debian source version to build (default 1.20.5+really1.20.2)
+#   E2E_KUBE_SRC_VERSION Debian source version to build, without the Debian revision (default
+#                        1.20.5+really1.20.2: upstream 1.20.2; the revision, e.g. -1.1+deb12u1, is whatever
+#                        bookworm serves, and is recorded next to the cached binary)
 set -euo pipefail
 
 CACHE_DIR=${E2E_CACHE_DIR:-/var/cache/pdp-injector-e2e}
@@ -56,12 +58,13 @@ if [ -x "$BIN" ] && "$BIN" --version >/dev/null 2>&1; then
     echo "$BIN"; exit 0
 fi
 
-log "no cached kube-apiserver $UPSTREAM: building it from Debian's source package kubernetes=$SRC_VERSION (~8-10 min on 2 cores)"
+log "no cached kube-apiserver $UPSTREAM: building it from Debian's source package kubernetes=$SRC_VERSION (5-10 min on 2 cores)"
 need_pkgs golang-go golang-github-modern-go-reflect2-dev rsync dpkg-dev make
 
 # deb-src for bookworm main, with the same signed-by keyring as the existing binary entry.
 SRC_LIST=/etc/apt/sources.list.d/pdp-injector-e2e-src.sources
-if ! apt-get source --print-uris -qq "kubernetes=$SRC_VERSION" 2>/dev/null | grep -q "kubernetes_"; then
+src_version() { apt-cache showsrc kubernetes 2>/dev/null | sed -n 's/^Version: //p' | grep -F "$SRC_VERSION-" | sort -V | tail -1; }
+if [ -z "$(src_version)" ]; then
     keyring=/usr/share/keyrings/debian-archive-keyring.gpg
     uri=http://deb.debian.org/debian
     if [ -f /etc/apt/sources.list.d/debian.sources ]; then
@@ -75,12 +78,15 @@ if ! apt-get source --print-uris -qq "kubernetes=$SRC_VERSION" 2>/dev/null | gre
     apt_updated=0; apt_update
 fi
 
+DEB_VERSION=$(src_version)
+[ -n "$DEB_VERSION" ] || unavailable "no source package kubernetes=$SRC_VERSION-* in the apt sources"
 WORK="$CACHE_DIR/src-$UPSTREAM"
 rm -rf "$WORK"; mkdir -p "$WORK"
-( cd "$WORK" && apt-get source --download-only -qq "kubernetes=$SRC_VERSION" >&2 ) \
-    || unavailable "apt-get source kubernetes=$SRC_VERSION failed"
+log "apt-get source --download-only kubernetes=$DEB_VERSION"
+( cd "$WORK" && apt-get source --download-only -qq "kubernetes=$DEB_VERSION" >&2 ) \
+    || unavailable "apt-get source kubernetes=$DEB_VERSION failed"
 dsc=$(ls "$WORK"/kubernetes_*.dsc | head -1)
-( cd "$WORK" && dpkg-source --no-check -x "$dsc" tree >&2 ) || unavailable "dpkg-source -x failed"
+( cd "$WORK" && dpkg-source -x "$dsc" tree >&2 ) || unavailable "dpkg-source -x failed"
 TREE="$WORK/tree"
 [ -d "$TREE/vendor/github.com/modern-go/reflect2" ] || unavailable "unexpected source layout (no vendored reflect2)"
 
@@ -89,7 +95,7 @@ TREE="$WORK/tree"
 R_OLD="$TREE/vendor/github.com/modern-go/reflect2"
 R_NEW=/usr/share/gocode/src/github.com/modern-go/reflect2
 stamp=$(stat -c %Y "$R_OLD/reflect2.go")
-find "$R_OLD" -maxdepth 1 -type f -name '*.go' -delete
+find "$R_OLD" -maxdepth 1 -type f \( -name '*.go' -o -name '*.s' \) -delete
 for f in "$R_NEW"/*.go "$R_NEW"/*.s; do
     [ -e "$f" ] || continue
     case "$f" in *_test.go) continue;; esac
@@ -97,7 +103,7 @@ for f in "$R_NEW"/*.go "$R_NEW"/*.s; do
 done
 find "$R_OLD" -type f -exec touch -d "@$stamp" {} +
 
-export GOPATH="$WORK/gopath" GOCACHE="$CACHE_DIR/gocache" GO111MODULE=off GOPROXY=off GOFLAGS= GOTOOLCHAIN=local
+export GOPATH="$WORK/gopath" GOCACHE="$WORK/gocache" GO111MODULE=off GOPROXY=off GOFLAGS= GOTOOLCHAIN=local
 log "make WHAT=cmd/kube-apiserver (log: $LOG)"
 start=$(date +%s)
 if ! ( cd "$TREE" && nice -n 10 make WHAT="cmd/kube-apiserver" >"$LOG" 2>&1 ); then
@@ -108,6 +114,7 @@ log "built in $(( $(date +%s) - start ))s"
 out=$(ls "$TREE"/_output/bin/kube-apiserver "$TREE"/_output/local/bin/*/*/kube-apiserver 2>/dev/null | head -1)
 [ -x "$out" ] || unavailable "build produced no kube-apiserver"
 install -m 0755 "$out" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
+echo "kubernetes source package $DEB_VERSION, reflect2 replaced by Debian's $(dpkg-query -W -f='${Version}' golang-github-modern-go-reflect2-dev), $(go version)" >"$BIN.source"
 rm -rf "$WORK"
 log "cached: $BIN ($("$BIN" --version))"
 echo "$BIN"

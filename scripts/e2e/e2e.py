@@ -1,0 +1,1003 @@
+#!/usr/bin/env python3
+"""End-to-end tier: pdp-injector behind a real kube-apiserver.
+
+Started by scripts/e2e/run.sh (which builds or finds the binaries); see scripts/e2e/README.md. Local mode starts
+etcd and kube-apiserver on 127.0.0.1, then `pdp-injector serve` and a second test webhook, registers the webhook
+with the MutatingWebhookConfiguration of manifests/base (clientConfig turned into a 127.0.0.1 URL plus caBundle),
+runs the cases through kubectl and checks the stored objects. Every process it starts is stopped by its PID on
+exit, also on failure, timeout or signal.
+
+Output: one `PASS name` or `FAIL name: why` line per case, then `N passed, M failed`. Exit status 1 if any failed.
+"""
+import argparse
+import base64
+import copy
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+WEBHOOK_MANIFEST = REPO / "manifests/base/mutatingwebhookconfiguration.yaml"
+BASE_CONFIG = REPO / "manifests/base/config.yaml"
+PAUSE = "registry.k8s.io/pause:3.9"
+RUN_LABEL = "e2e.pdp-injector.io/run"
+ADDER_NS_LABEL = "e2e.pdp-injector.io/adder"
+ADD_ANNOTATION = "e2e.pdp-injector.io/add-container"
+STATUS = "pdp-injector.io/status"
+INJECT = "pdp-injector.io/inject"
+PROFILE = "pdp-injector.io/profile"
+NS_LABEL = "pdp-injector.io/injection"
+PSS_LABEL = "pod-security.kubernetes.io/enforce"
+# Kubernetes 1.21+ sets this label on every namespace; the webhook configuration's exclusions rely on it.
+NAME_LABEL = "kubernetes.io/metadata.name"
+SYSTEM_NAMESPACES = ["kube-system", "kube-public", "kube-node-lease", "default"]
+
+
+def log(msg):
+    print(f"[e2e] {msg}", file=sys.stderr, flush=True)
+
+
+class Fail(Exception):
+    """A case's check did not hold; the message is the one-line reason."""
+
+
+class Timeout(Exception):
+    pass
+
+
+def check(cond, why):
+    if not cond:
+        raise Fail(why)
+
+
+def one_line(s, limit=400):
+    s = " ".join(str(s).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def die_with_parent():
+    """In the child before exec: SIGTERM it if the harness dies without cleaning up (e.g. SIGKILL)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort, Linux only
+        pass
+
+
+def free_port(host="127.0.0.1"):
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def run(argv, *, input=None, timeout=60, check_rc=True, env=None):
+    p = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, env=env)
+    if check_rc and p.returncode != 0:
+        raise RuntimeError(f"{argv[0]} {' '.join(argv[1:4])}... failed ({p.returncode}): {p.stderr.strip()[-800:]}")
+    return p
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# comparisons
+
+
+def diff_subset(expected, actual, path="$"):
+    """Mismatches where `actual` does not contain `expected`. Objects: every expected key must be present with a
+    matching value (the API server may add defaulted fields). Lists: same length (no duplicates, nothing missing),
+    element by element."""
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            return [f"{path}: expected an object, got {one_line(json.dumps(actual), 120)}"]
+        out = []
+        for k, v in expected.items():
+            if k not in actual:
+                out.append(f"{path}.{k}: missing (expected {one_line(json.dumps(v), 120)})")
+            else:
+                out += diff_subset(v, actual[k], f"{path}.{k}")
+        return out
+    if isinstance(expected, list):
+        if not isinstance(actual, list):
+            return [f"{path}: expected a list, got {one_line(json.dumps(actual), 120)}"]
+        if len(expected) != len(actual):
+            names = lambda l: [x.get("name", "?") if isinstance(x, dict) else x for x in l]  # noqa: E731
+            return [f"{path}: expected {len(expected)} items {names(expected)}, got {len(actual)} {names(actual)}"]
+        out = []
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            out += diff_subset(e, a, f"{path}[{i}]")
+        return out
+    if expected != actual:
+        return [f"{path}: expected {one_line(json.dumps(expected), 120)}, got {one_line(json.dumps(actual), 120)}"]
+    return []
+
+
+def assert_contains(expected, actual, what):
+    d = diff_subset(expected, actual)
+    check(not d, f"{what} differs from the offline injector's output: " + "; ".join(d[:4]))
+
+
+def status_of(pod):
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(STATUS)
+    return json.loads(raw) if raw else None
+
+
+def by_name(items, name):
+    for x in items or []:
+        if x.get("name") == name:
+            return x
+    return None
+
+
+def env_names(container):
+    return [e["name"] for e in container.get("env") or []]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the harness
+
+
+class Harness:
+    def __init__(self, args):
+        self.args = args
+        self.bin = args.pdp_injector
+        self.procs = {}  # name -> (Popen, log path)
+        self.created_namespaces = []
+        self.created_cluster_objects = []  # (kind, name) to delete in existing-cluster mode
+        self.created_pods_elsewhere = []  # (namespace, name) in namespaces we did not create
+        self.existing = bool(args.kubeconfig)
+        self.workdir = Path(tempfile.mkdtemp(prefix="pdp-injector-e2e-"))
+        self.run_id = secrets.token_hex(3)
+        self.kubeconfig = Path(args.kubeconfig).resolve() if self.existing else self.workdir / "admin.kubeconfig"
+        self.webhook_kubeconfig = self.kubeconfig
+        self.webhook_host = args.webhook_host
+        self.webhook_port = args.webhook_port or free_port(self.webhook_host)
+        self.adder_port = free_port(self.webhook_host)
+        self.server_minor = None
+        self.adder_record = self.workdir / "adder-reviews.jsonl"
+
+    # -- processes ------------------------------------------------------------------------------------------------
+    def start(self, name, argv, env=None):
+        logf = self.workdir / f"{name}.log"
+        fh = open(logf, "ab")
+        p = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             env={**os.environ, **(env or {})}, start_new_session=True, preexec_fn=die_with_parent)
+        fh.close()
+        self.procs[name] = (p, logf)
+        log(f"started {name} (pid {p.pid}), log {logf}")
+        return p
+
+    def stop(self, name, timeout=20):
+        entry = self.procs.pop(name, None)
+        if not entry:
+            return None
+        p, _ = entry
+        if p.poll() is None:
+            try:
+                p.send_signal(signal.SIGTERM)  # by PID: only the process this harness started
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                log(f"{name} (pid {p.pid}) ignored SIGTERM for {timeout}s: SIGKILL")
+                p.kill()
+                p.wait(timeout=10)
+            except ProcessLookupError:
+                pass
+        log(f"stopped {name} (pid {p.pid}, exit {p.returncode})")
+        return p.returncode
+
+    def alive(self, name):
+        entry = self.procs.get(name)
+        return entry is not None and entry[0].poll() is None
+
+    def log_tail(self, name, n=30):
+        path = self.workdir / f"{name}.log"
+        if not path.exists():
+            return ""
+        lines = path.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-n:])
+
+    def wait_for(self, what, fn, timeout, proc=None, interval=0.5):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if proc and not self.alive(proc):
+                raise RuntimeError(f"{proc} exited while waiting for {what}:\n{self.log_tail(proc)}")
+            try:
+                if fn():
+                    return
+            except Exception as e:  # noqa: BLE001 - retried until the deadline
+                last = e
+            time.sleep(interval)
+        raise RuntimeError(f"timed out after {timeout}s waiting for {what}"
+                           + (f" (last error: {last})" if last else ""))
+
+    # -- kubectl ----------------------------------------------------------------------------------------------------
+    def kubectl(self, *args, input=None, check_rc=True, timeout=60):
+        argv = [self.args.kubectl, f"--kubeconfig={self.kubeconfig}", "--request-timeout=30s", *args]
+        if isinstance(input, (dict, list)):
+            input = json.dumps(input)
+        return run(argv, input=input, check_rc=check_rc, timeout=timeout)
+
+    def create(self, obj, *, dry_run=False, client_validation=True):
+        """Create through the API. Returns (object as answered, stderr, returncode); never raises on refusal."""
+        args = ["create", "-f", "-", "-o", "json"]
+        if dry_run:
+            args.append("--dry-run=server")
+        if not client_validation:
+            args.append("--validate=false")
+        p = self.kubectl(*args, input=obj, check_rc=False)
+        out = json.loads(p.stdout) if p.returncode == 0 and p.stdout.strip() else None
+        return out, p.stderr, p.returncode
+
+    def must_create(self, obj, **kw):
+        out, err, rc = self.create(obj, **kw)
+        check(rc == 0, f"create {obj['kind']} {obj['metadata'].get('name')} refused: {one_line(err)}")
+        return out, err
+
+    def get(self, kind, name, namespace=None):
+        args = ["get", kind, name, "-o", "json"] + (["-n", namespace] if namespace else [])
+        p = self.kubectl(*args, check_rc=False)
+        if p.returncode != 0:
+            if "NotFound" in p.stderr or "not found" in p.stderr:
+                return None
+            raise RuntimeError(p.stderr.strip())
+        return json.loads(p.stdout)
+
+    def namespace(self, slug, labels=None):
+        name = f"e2e-{slug}"[:50].rstrip("-") + f"-{secrets.token_hex(2)}"
+        ns = {"apiVersion": "v1", "kind": "Namespace",
+              "metadata": {"name": name, "labels": {NAME_LABEL: name, RUN_LABEL: self.run_id, **(labels or {})}}}
+        self.must_create(ns)
+        self.created_namespaces.append(name)
+        if self.args.ns_settle:
+            time.sleep(self.args.ns_settle)
+        return name
+
+    def server_version(self):
+        v = json.loads(self.kubectl("get", "--raw", "/version").stdout)
+        minor = int(re.match(r"\d+", v["minor"]).group(0))
+        return int(v["major"]), minor, v.get("gitVersion", "")
+
+    def native_sidecars(self):
+        return self.server_minor >= 29
+
+    # -- the webhook ---------------------------------------------------------------------------------------------
+    def https_get(self, port, path, host=None):
+        ctx = ssl.create_default_context(cafile=str(self.workdir / "webhook-certs/ca.crt"))
+        ctx.check_hostname = False  # the certificate names 127.0.0.1 as an IP SAN; we connect by IP
+        url = f"https://{host or self.webhook_host}:{port}{path}"
+        with urllib.request.urlopen(url, context=ctx, timeout=5) as r:
+            return r.status, r.read().decode()
+
+    def start_webhook(self):
+        argv = [self.bin, "serve", "--listen", f"{self.webhook_host}:{self.webhook_port}",
+                "--cert", str(self.workdir / "webhook-certs/tls.crt"),
+                "--key", str(self.workdir / "webhook-certs/tls.key"),
+                "--config", str(self.config_path)]
+        self.start("pdp-injector", argv, env={"KUBECONFIG": str(self.webhook_kubeconfig), "RUST_BACKTRACE": "1"})
+        self.wait_for("pdp-injector /readyz", lambda: self.https_get(self.webhook_port, "/readyz")[0] == 200,
+                      timeout=60, proc="pdp-injector")
+
+    def reviews_answered(self):
+        _, text = self.https_get(self.webhook_port, "/metrics")
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith("pdp_injector_admission_reviews_total"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    # -- offline reference --------------------------------------------------------------------------------------
+    def offline(self, *docs, namespace_doc=None, native=None):
+        """What `pdp-injector inject` (the same core, offline) makes of these documents, for this API server
+        (classic sidecars below 1.29) unless `native` says which form."""
+        if native is None:
+            native = self.native_sidecars()
+        stream = ([namespace_doc] if namespace_doc else []) + list(docs)
+        text = "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in stream)
+        cfg = self.config_path if native else self.classic_config_path
+        p = run([self.bin, "inject", "-f", "-", "--config", str(cfg)], input=text, check_rc=False)
+        if p.returncode != 0:
+            raise Fail(f"offline inject failed: {one_line(p.stderr)}")
+        out = [d for d in yaml.safe_load_all(p.stdout) if d]
+        return [d for d in out if d.get("kind") != "Namespace"]
+
+    # -- setup ----------------------------------------------------------------------------------------------------
+    def setup(self):
+        if not self.existing:
+            self.start_local_cluster()
+        major, minor, git = self.server_version()
+        self.server_minor = minor
+        log(f"kube-apiserver {git} (native sidecars: {'yes' if minor >= 29 else 'no, 1.29+ only'})")
+        if not self.existing:
+            self.bootstrap_local_cluster()
+        self.write_config()
+        self.make_webhook_certs()
+        self.start_webhook()
+        self.start_adder()
+        self.register_webhooks()
+
+    def start_local_cluster(self):
+        w = self.workdir
+        pki = w / "pki"
+        pki.mkdir()
+        # CA, serving certificate (IP SAN 127.0.0.1), service-account key pair, static tokens.
+        run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", pki / "ca.key", "-out",
+             pki / "ca.crt", "-days", "2", "-subj", "/CN=pdp-injector-e2e-kube-ca"])
+        run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", pki / "apiserver.key", "-out",
+             pki / "apiserver.csr", "-subj", "/CN=kube-apiserver"])
+        (pki / "apiserver.ext").write_text(
+            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc\n"
+            "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n")
+        run(["openssl", "x509", "-req", "-in", pki / "apiserver.csr", "-CA", pki / "ca.crt", "-CAkey", pki / "ca.key",
+             "-CAcreateserial", "-out", pki / "apiserver.crt", "-days", "2", "-extfile", pki / "apiserver.ext"])
+        run(["openssl", "genrsa", "-out", pki / "sa.key", "2048"])
+        run(["openssl", "rsa", "-in", pki / "sa.key", "-pubout", "-out", pki / "sa.pub"])
+        admin_token, webhook_token = secrets.token_hex(16), secrets.token_hex(16)
+        # The webhook authenticates as its ServiceAccount's user name, so manifests/base/rbac.yaml (bound to that
+        # ServiceAccount) is what authorizes it: the harness runs it with exactly the permissions it ships with.
+        (pki / "tokens.csv").write_text(
+            f'{admin_token},e2e-admin,e2e-admin,"system:masters"\n'
+            f'{webhook_token},system:serviceaccount:pdp-system:pdp-injector,pdp-injector-sa,'
+            f'"system:serviceaccounts,system:serviceaccounts:pdp-system"\n')
+        os.chmod(pki / "tokens.csv", 0o600)
+
+        etcd_client, etcd_peer = free_port(), free_port()
+        self.start("etcd", [
+            self.args.etcd, "--name", "e2e", "--data-dir", str(w / "etcd"),
+            "--listen-client-urls", f"http://127.0.0.1:{etcd_client}",
+            "--advertise-client-urls", f"http://127.0.0.1:{etcd_client}",
+            "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+            "--initial-cluster", f"e2e=http://127.0.0.1:{etcd_peer}",
+            "--logger", "zap", "--log-level", "warn"])
+
+        def etcd_healthy():
+            with urllib.request.urlopen(f"http://127.0.0.1:{etcd_client}/health", timeout=2) as r:
+                return json.loads(r.read()).get("health") == "true"
+
+        self.wait_for("etcd", etcd_healthy, timeout=30, proc="etcd")
+
+        api_port = free_port()
+        self.start("kube-apiserver", [
+            self.args.kube_apiserver,
+            "--etcd-servers", f"http://127.0.0.1:{etcd_client}",
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+            "--secure-port", str(api_port),
+            "--cert-dir", str(w / "apiserver-certs"),
+            "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
+            "--client-ca-file", str(pki / "ca.crt"),
+            "--token-auth-file", str(pki / "tokens.csv"),
+            "--authorization-mode", "RBAC",
+            "--service-account-key-file", str(pki / "sa.pub"),
+            "--service-account-signing-key-file", str(pki / "sa.key"),
+            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+            "--service-cluster-ip-range", "10.0.0.0/24",
+            # No controllers run: no ServiceAccount token controller, so the ServiceAccount admission plugin would
+            # refuse every Pod; no endpoints for a loopback advertise address.
+            "--enable-admission-plugins", "MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+            "--disable-admission-plugins", "ServiceAccount",
+            "--endpoint-reconciler-type", "none",
+            "--allow-privileged=true",
+            "--profiling=false", "--logtostderr", "-v", "1"])
+        (w / "admin.kubeconfig").write_text(self.kubeconfig_text(api_port, pki / "ca.crt", admin_token, "e2e-admin"))
+        self.webhook_kubeconfig = w / "pdp-injector.kubeconfig"
+        self.webhook_kubeconfig.write_text(
+            self.kubeconfig_text(api_port, pki / "ca.crt", webhook_token, "pdp-injector"))
+
+        def api_ready():
+            return self.kubectl("get", "--raw", "/readyz", check_rc=False, timeout=15).returncode == 0
+
+        self.wait_for("kube-apiserver /readyz", api_ready, timeout=120, proc="kube-apiserver", interval=1)
+
+        # A build with the vendored reflect2 1.0.1 under Go >= 1.18 dies on the first map it encodes: check once.
+        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        req = urllib.request.Request(f"https://127.0.0.1:{api_port}/api/v1/namespaces/default",
+                                     headers={"Authorization": f"Bearer {admin_token}", "Accept": "application/yaml"})
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+                body = r.read().decode()
+            check("kind: Namespace" in body, f"unexpected YAML answer: {one_line(body, 200)}")
+        except Exception as e:  # noqa: BLE001
+            raise RuntimeError(f"kube-apiserver cannot encode YAML ({e}); alive: {self.alive('kube-apiserver')}: "
+                               "was reflect2 replaced before the build? (scripts/e2e/build-apiserver.sh)") from e
+
+    @staticmethod
+    def kubeconfig_text(port, ca, token, user):
+        return yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
+            "clusters": [{"name": "e2e", "cluster": {"server": f"https://127.0.0.1:{port}",
+                                                     "certificate-authority": str(ca)}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
+        })
+
+    def bootstrap_local_cluster(self):
+        # Kubernetes 1.20 does not set kubernetes.io/metadata.name on namespaces (1.21+ does, on every namespace);
+        # the registered configuration excludes the control plane through that label, so the harness sets it, as a
+        # 1.21+ server would, on the namespaces that exist and on every namespace it creates.
+        self.wait_for("system namespaces", lambda: all(self.get("namespace", n) for n in SYSTEM_NAMESPACES[:2]),
+                      timeout=60)
+        for n in SYSTEM_NAMESPACES:
+            if self.get("namespace", n):
+                self.kubectl("label", "namespace", n, f"{NAME_LABEL}={n}", "--overwrite")
+        # The webhook's namespace, ServiceAccount and least-privilege RBAC, from manifests/base.
+        for f in ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"]:
+            self.kubectl("apply", "-f", str(REPO / "manifests/base" / f))
+        self.kubectl("label", "namespace", "pdp-system", f"{NAME_LABEL}=pdp-system", "--overwrite")
+
+    def write_config(self):
+        """manifests/base/config.yaml plus one profile, cerbos-classic, that asks for the classic sidecar form (an
+        ordinary container): the only form Kubernetes < 1.29 stores."""
+        cfg = yaml.safe_load(BASE_CONFIG.read_text()) or {}
+        classic = {"extends": "cerbos", "sidecar": {"placement": "afterInit", "native": False, "unixSocket": False}}
+        cfg.setdefault("profiles", {})["cerbos-classic"] = classic
+        self.config_path = self.workdir / "config.yaml"
+        self.config_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        # The offline injector cannot be told the server version. Against a server without native sidecars the
+        # webhook uses the same config with every profile's sidecar made classic (and hashes that); the offline
+        # reference gets that config spelled out. Built-in sidecar defaults: placement afterInit, unixSocket false.
+        ref = copy.deepcopy(cfg)
+        for name in set(ref["profiles"]) | {"cerbos", "flagd"}:
+            prof = ref["profiles"].setdefault(name, {}) or {}
+            ref["profiles"][name] = prof
+            sc = prof.get("sidecar") or {}
+            prof["sidecar"] = {"placement": sc.get("placement", "afterInit"), "native": False,
+                               "unixSocket": sc.get("unixSocket", False)}
+        self.classic_config_path = self.workdir / "config-classic-reference.yaml"
+        self.classic_config_path.write_text(yaml.safe_dump(ref, sort_keys=False))
+
+    def make_webhook_certs(self):
+        out = run([self.bin, "certs", "--service", "pdp-injector", "--namespace", "pdp-system",
+                   "--extra-san", self.webhook_host, "--out-dir", str(self.workdir / "webhook-certs"), "--days", "2"])
+        self.ca_bundle = out.stdout.strip().splitlines()[-1].strip()
+        base64.b64decode(self.ca_bundle, validate=True)
+        out = run([self.bin, "certs", "--service", "e2e-adder", "--namespace", "pdp-system",
+                   "--extra-san", self.webhook_host, "--out-dir", str(self.workdir / "adder-certs"), "--days", "2"])
+        self.adder_ca_bundle = out.stdout.strip().splitlines()[-1].strip()
+
+    def start_adder(self):
+        c = self.workdir / "adder-certs"
+        self.start("adder-webhook", [sys.executable, str(HERE / "adder_webhook.py"),
+                                     "--listen", f"{self.webhook_host}:{self.adder_port}",
+                                     "--cert", str(c / "tls.crt"), "--key", str(c / "tls.key"),
+                                     "--record", str(self.adder_record)])
+
+        def adder_up():
+            ctx = ssl.create_default_context(cafile=str(c / "ca.crt"))
+            ctx.check_hostname = False
+            with urllib.request.urlopen(f"https://{self.webhook_host}:{self.adder_port}/healthz", context=ctx,
+                                        timeout=3) as r:
+                return r.status == 200
+
+        self.wait_for("adder webhook", adder_up, timeout=20, proc="adder-webhook")
+
+    def webhook_configuration(self):
+        """manifests/base's MutatingWebhookConfiguration, with clientConfig.service replaced by a URL on the local
+        listener and the caBundle filled in; nothing else changes."""
+        docs = [d for d in yaml.safe_load_all(WEBHOOK_MANIFEST.read_text()) if d]
+        check(len(docs) == 1 and docs[0]["kind"] == "MutatingWebhookConfiguration", "unexpected manifest layout")
+        mwc = docs[0]
+        for wh in mwc["webhooks"]:
+            svc = wh["clientConfig"].pop("service")
+            wh["clientConfig"] = {"url": f"https://{self.webhook_host}:{self.webhook_port}{svc.get('path', '/')}",
+                                  "caBundle": self.ca_bundle}
+        mwc["metadata"].setdefault("labels", {})["app.kubernetes.io/managed-by"] = "pdp-injector-e2e"
+        return mwc
+
+    def adder_configuration(self):
+        # Its name sorts after "pdp-injector", so the API server calls it after ours; IfNeeded makes the server
+        # call ours again once it has added a container.
+        return {
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "zz-pdp-injector-e2e-adder",
+                         "labels": {"app.kubernetes.io/managed-by": "pdp-injector-e2e"}},
+            "webhooks": [{
+                "name": "adder.e2e.pdp-injector.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                "reinvocationPolicy": "IfNeeded", "timeoutSeconds": 5, "failurePolicy": "Fail",
+                "clientConfig": {"url": f"https://{self.webhook_host}:{self.adder_port}/mutate",
+                                 "caBundle": self.adder_ca_bundle},
+                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                           "resources": ["pods"], "scope": "Namespaced"}],
+                "namespaceSelector": {"matchLabels": {ADDER_NS_LABEL: "on"}},
+            }],
+        }
+
+    def register_webhooks(self):
+        for mwc in [self.webhook_configuration(), self.adder_configuration()]:
+            name = mwc["metadata"]["name"]
+            existing = self.get("mutatingwebhookconfiguration", name)
+            if existing and (existing["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") \
+                    != "pdp-injector-e2e":
+                raise RuntimeError(f"MutatingWebhookConfiguration {name} already exists and is not the harness's: "
+                                   "refusing to replace it (is pdp-injector installed in this cluster?)")
+            self.kubectl("apply", "-f", "-", input=mwc)
+            self.created_cluster_objects.append(("mutatingwebhookconfiguration", name))
+        (self.workdir / "registered-webhook.yaml").write_text(yaml.safe_dump(self.webhook_configuration()))
+        # The API server picks new configurations up asynchronously: probe with a dry run until both answer.
+        ns = self.namespace("warmup", {ADDER_NS_LABEL: "on"})
+        probe = pod("warmup", ns, annotations={INJECT: "daemonset", ADD_ANNOTATION: "warmup-added"})
+
+        def both_active():
+            out, err, rc = self.create(probe, dry_run=True)
+            if rc != 0:
+                raise RuntimeError(one_line(err))
+            names = [c["name"] for c in out["spec"]["containers"]]
+            return status_of(out) is not None and "warmup-added" in names
+
+        self.wait_for("webhook registration to take effect", both_active, timeout=60, interval=1)
+
+    # -- teardown -------------------------------------------------------------------------------------------------
+    def teardown(self, failed):
+        if self.existing:
+            for kind, name in reversed(self.created_cluster_objects):
+                self.kubectl("delete", kind, name, "--ignore-not-found", check_rc=False)
+            for ns, name in self.created_pods_elsewhere:
+                self.kubectl("delete", "pod", "-n", ns, name, "--ignore-not-found", "--wait=false", check_rc=False)
+            if self.created_namespaces:
+                self.kubectl("delete", "namespace", "--wait=false", "--ignore-not-found", *self.created_namespaces,
+                             check_rc=False, timeout=120)
+        for name in reversed(list(self.procs)):
+            self.stop(name)
+        if failed or self.args.keep:
+            log(f"work directory kept: {self.workdir}")
+        else:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def pod(name, namespace, *, annotations=None, labels=None, containers=None, **spec):
+    meta = {"name": name, "namespace": namespace}
+    if annotations:
+        meta["annotations"] = annotations
+    if labels:
+        meta["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"containers": containers or [{"name": "app", "image": PAUSE}], **spec}}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# cases (run in this order; the webhook-down cases come last)
+
+CASES = []
+
+
+def case(name, needs=None):
+    def deco(fn):
+        CASES.append((name, fn, needs))
+        return fn
+    return deco
+
+
+def create_and_compare(h, p, namespace_doc=None):
+    """Create `p`, check the stored Pod contains exactly what the offline injector makes of it. Returns it."""
+    expected = h.offline(p, namespace_doc=namespace_doc)[0]
+    h.must_create(p)
+    stored = h.get("pod", p["metadata"]["name"], p["metadata"]["namespace"])
+    check(stored is not None, "Pod not stored")
+    assert_contains(expected, stored, "stored Pod")
+    return stored, expected
+
+
+@case("pod-annotation-daemonset")
+def _(h):
+    ns = h.namespace("pod-ann-daemonset")
+    stored, _ = create_and_compare(h, pod("app", ns, annotations={INJECT: "daemonset"}))
+    st = status_of(stored)
+    check(st and st["mode"] == "daemonset" and st["reason"] == "injected_daemonset", f"status annotation: {st}")
+
+
+@case("pod-annotation-enabled-default-mode")
+def _(h):
+    ns = h.namespace("pod-ann-enabled")
+    stored, _ = create_and_compare(h, pod("app", ns, annotations={INJECT: "enabled"}))
+    st = status_of(stored)
+    check(st and st["mode"] == "daemonset", f"enabled should mean the config's default mode daemonset: {st}")
+
+
+@case("pod-label-opt-in")
+def _(h):
+    ns = h.namespace("pod-label")
+    stored, _ = create_and_compare(h, pod("app", ns, labels={INJECT: "daemonset"}))
+    check(status_of(stored), "a Pod label pdp-injector.io/inject=daemonset did not opt in")
+
+
+@case("daemonset-wiring-stored-exactly")
+def _(h):
+    ns = h.namespace("ds-wiring")
+    p = pod("app", ns, annotations={INJECT: "daemonset"},
+            containers=[{"name": "app", "image": PAUSE,
+                         "env": [{"name": "PDP_URL", "value": "http://$(CERBOS_PDP_ADDR)"}]},
+                        {"name": "worker", "image": PAUSE}])
+    stored, _ = create_and_compare(h, p)
+    want_env = [
+        {"name": "CERBOS_PDP_HOST", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.hostIP"}}},
+        {"name": "CERBOS_PDP_ADDR", "value": "$(CERBOS_PDP_HOST):3593"},
+        {"name": "CERBOS_PDP_SOCKET", "value": "/var/run/cerbos/cerbos.sock"},
+    ]
+    want_mount = {"name": "pdp-injector-socket", "mountPath": "/var/run/cerbos", "readOnly": True}
+    for c in stored["spec"]["containers"]:
+        env = [e for e in c.get("env") or [] if e["name"].startswith("CERBOS_")]
+        check(env == want_env, f"container {c['name']} env as stored: {json.dumps(env)}")
+        check(c.get("volumeMounts") == [want_mount], f"container {c['name']} mounts: {c.get('volumeMounts')}")
+    # The app's own variable that refers to the injected one comes after it, so $(CERBOS_PDP_ADDR) expands.
+    names = env_names(stored["spec"]["containers"][0])
+    check(names.index("PDP_URL") > names.index("CERBOS_PDP_ADDR"), f"env order {names}")
+    vols = stored["spec"].get("volumes") or []
+    sock = by_name(vols, "pdp-injector-socket")
+    check(sock and sock.get("hostPath") == {"path": "/var/run/cerbos", "type": "Directory"},
+          f"socket volume as stored: {sock}")
+    check(len([v for v in vols if "hostPath" in v]) == 1, f"volumes: {vols}")
+    check(not stored["spec"].get("initContainers"), "daemonset mode added init containers")
+
+
+@case("not-opted-in-untouched")
+def _(h):
+    ns = h.namespace("not-opted-in")
+    p = pod("app", ns)
+    before = h.reviews_answered()
+    stored, _ = create_and_compare(h, p)
+    check(status_of(stored) is None, "an unrelated Pod got a status annotation")
+    check(env_names(stored["spec"]["containers"][0]) == [], "an unrelated Pod got env")
+    check(not stored["spec"].get("volumes"), "an unrelated Pod got volumes")
+    check(h.reviews_answered() > before, "the Ignore entry did not send the Pod to the webhook at all")
+
+
+@case("opt-out-in-enabled-namespace")
+def _(h):
+    ns = h.namespace("opt-out", {NS_LABEL: "enabled"})
+    stored, _ = create_and_compare(h, pod("app", ns, annotations={INJECT: "disabled"}))
+    check(status_of(stored) is None and not stored["spec"].get("volumes")
+          and env_names(stored["spec"]["containers"][0]) == [], "a Pod that opted out was injected")
+
+
+@case("invalid-annotation-denied")
+def _(h):
+    ns = h.namespace("invalid")
+    out, err, rc = h.create(pod("app", ns, annotations={INJECT: "sidecars"}))
+    check(rc != 0, "a Pod with pdp-injector.io/inject=sidecars was admitted")
+    for needle in ["pdp-injector.io/inject", '"sidecars"', "sidecar, daemonset, enabled, disabled"]:
+        check(needle in err, f"denial message lacks {needle!r}: {one_line(err)}")
+    check(h.get("pod", "app", ns) is None, "the denied Pod was stored")
+
+
+@case("unknown-profile-denied")
+def _(h):
+    ns = h.namespace("unknown-profile")
+    out, err, rc = h.create(pod("app", ns, annotations={INJECT: "daemonset", PROFILE: "nope"}))
+    check(rc != 0, "a Pod with an unknown profile was admitted")
+    for needle in [PROFILE, '"nope"', "cerbos", "flagd"]:
+        check(needle in err, f"denial message lacks {needle!r}: {one_line(err)}")
+    check(h.get("pod", "app", ns) is None, "the denied Pod was stored")
+
+
+@case("warnings-visible-to-client")
+def _(h):
+    ns = h.namespace("warnings")
+    p = pod("app", ns, annotations={INJECT: "daemonset"},
+            containers=[{"name": "app", "image": PAUSE, "env": [{"name": "CERBOS_PDP_HOST", "value": "pdp.example"}]}])
+    expected = h.offline(p)[0]
+    out, err = h.must_create(p)
+    check(re.search(r"^Warning: pdp-injector env_kept: .*CERBOS_PDP_HOST", err, re.M),
+          f"kubectl showed no env_kept warning: {one_line(err)}")
+    stored = h.get("pod", "app", ns)
+    assert_contains(expected, stored, "stored Pod")
+    host = by_name(stored["spec"]["containers"][0]["env"], "CERBOS_PDP_HOST")
+    check(host == {"name": "CERBOS_PDP_HOST", "value": "pdp.example"}, f"the app's own value was not kept: {host}")
+
+
+@case("excluded-namespaces-untouched")
+def _(h):
+    targets = ["pdp-system"] + ([] if h.existing else ["kube-system"])
+    for ns in targets:
+        if h.get("namespace", ns) is None:  # existing cluster without pdp-injector installed
+            h.must_create({"apiVersion": "v1", "kind": "Namespace",
+                           "metadata": {"name": ns, "labels": {NAME_LABEL: ns, RUN_LABEL: h.run_id}}})
+            h.created_namespaces.append(ns)
+        name = f"e2e-excluded-{secrets.token_hex(2)}"
+        before = h.reviews_answered()
+        h.must_create(pod(name, ns, annotations={INJECT: "daemonset"}))
+        h.created_pods_elsewhere.append((ns, name))
+        stored = h.get("pod", name, ns)
+        check(status_of(stored) is None and not stored["spec"].get("volumes"), f"a Pod in {ns} was injected")
+        check(h.reviews_answered() == before, f"the API server sent a Pod in {ns} to the webhook: the "
+              "configuration's namespaceSelector should exclude it")
+
+
+@case("dry-run-identical-and-not-stored")
+def _(h):
+    ns = h.namespace("dry-run")
+    p = pod("app", ns, annotations={INJECT: "daemonset"})
+    dry, _ = h.must_create(p, dry_run=True)
+    check(h.get("pod", "app", ns) is None, "a dry-run create stored the Pod")
+    check(status_of(dry), "the dry-run answer was not injected")
+    real, _ = h.must_create(p)
+    for path in [("spec",), ("metadata", "annotations"), ("metadata", "labels")]:
+        a, b = dry, real
+        for k in path:
+            a, b = (a or {}).get(k), (b or {}).get(k)
+        check(a == b, f"dry-run and real create differ at {'.'.join(path)}: " + "; ".join(diff_subset(b, a)[:3]))
+
+
+@case("sidecar-classic-profile")
+def _(h):
+    ns = h.namespace("sidecar-classic")
+    p = pod("app", ns, annotations={INJECT: "sidecar", PROFILE: "cerbos-classic"})
+    stored, _ = create_and_compare(h, p)
+    st = status_of(stored)
+    check(st and st["mode"] == "sidecar", f"status {st}")
+    check(by_name(stored["spec"]["containers"], st["sidecar"]), "no classic PDP container in spec.containers")
+
+
+@case("native-sidecar-form-offline")
+def _(h):
+    """The native form (init container with restartPolicy Always and a startupProbe) from the same core, and what
+    this API server makes of it: refused below 1.29 (why the webhook must fall back), stored as is from 1.29."""
+    ns = h.namespace("native-form")
+    out = h.offline(pod("app", ns, annotations={INJECT: "sidecar"}), native=True)[0]
+    st = status_of(out)
+    init = by_name(out["spec"].get("initContainers"), st and st.get("sidecar"))
+    check(init and init.get("restartPolicy") == "Always" and init.get("startupProbe"),
+          f"offline sidecar is not native: {one_line(json.dumps(init), 200)}")
+    check(not by_name(out["spec"]["containers"], init["name"]), "native sidecar also in containers")
+    # Already carries the status annotation, so the webhook leaves it alone: this checks the API server only.
+    # kubectl's own schema check (from this server's OpenAPI) would refuse restartPolicy first: skip it.
+    res, err, rc = h.create(out, dry_run=True, client_validation=False)
+    if h.native_sidecars():
+        check(rc == 0, f"a {h.server_minor} API server refused the native sidecar: {one_line(err)}")
+        assert_contains(out, res, "native sidecar as answered")
+    else:
+        check(rc != 0 and "must not be set for init containers" in err,
+              f"expected 1.{h.server_minor} to refuse probes on init containers, got rc={rc} {one_line(err)}")
+
+
+def check_sidecar(h, p, stored, expected, namespace_doc=None):
+    """Stored sidecar Pod: exactly the offline output for this server (`expected`), in the native form from 1.29,
+    otherwise as a classic container in spec.containers; either way the same container as the native form."""
+    assert_contains(expected, stored, "stored Pod")
+    st = status_of(stored)
+    check(st and st["mode"] == "sidecar", f"status annotation: {st}")
+    name = st["sidecar"]
+    init, regular = by_name(stored["spec"].get("initContainers"), name), by_name(stored["spec"]["containers"], name)
+    if h.native_sidecars():
+        check(init and init.get("restartPolicy") == "Always" and not regular,
+              f"1.{h.server_minor} supports native sidecars, but {name} is not a native sidecar")
+        return
+    check(regular and not init, f"1.{h.server_minor} has no native sidecars, but {name} is not a classic container")
+    native = by_name(h.offline(p, namespace_doc=namespace_doc, native=True)[0]["spec"]["initContainers"], name)
+    for k in ["image", "args", "ports", "securityContext", "resources", "volumeMounts", "readinessProbe"]:
+        d = diff_subset(native.get(k), regular.get(k))
+        check(not d, f"classic sidecar .{k} differs from the native one: {'; '.join(d[:3])}")
+
+
+@case("pod-annotation-sidecar-default-profile", needs="server-version detection (classic sidecar below 1.29)")
+def _(h):
+    ns = h.namespace("pod-ann-sidecar")
+    p = pod("app", ns, annotations={INJECT: "sidecar"})
+    expected = h.offline(p)[0]
+    _, err, rc = h.create(p)
+    check(rc == 0, f"refused: {one_line(err)}")
+    check_sidecar(h, p, h.get("pod", "app", ns), expected)
+
+
+def namespace_case(h, value, *, pod_annotations=None):
+    ns = h.namespace(f"ns-{value}", {NS_LABEL: value})
+    p = pod("app", ns, annotations=pod_annotations)
+    nsd = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {NS_LABEL: value}}}
+    expected = h.offline(p, namespace_doc=nsd)[0]
+    _, err, rc = h.create(p)
+    check(rc == 0, f"refused: {one_line(err)}")
+    return h.get("pod", "app", ns), expected, err, p, nsd
+
+
+@case("namespace-opt-in-enabled", needs="namespace watch")
+def _(h):
+    stored, expected, *_ = namespace_case(h, "enabled")
+    check(status_of(stored), "not injected in a namespace labelled pdp-injector.io/injection=enabled")
+    assert_contains(expected, stored, "stored Pod")
+
+
+@case("namespace-opt-in-daemonset", needs="namespace watch")
+def _(h):
+    stored, expected, *_ = namespace_case(h, "daemonset")
+    check(status_of(stored), "not injected in a namespace labelled pdp-injector.io/injection=daemonset")
+    assert_contains(expected, stored, "stored Pod")
+
+
+@case("namespace-opt-in-sidecar", needs="namespace watch and server-version detection")
+def _(h):
+    stored, expected, _, p, nsd = namespace_case(h, "sidecar")
+    check(status_of(stored), "not injected in a namespace labelled pdp-injector.io/injection=sidecar")
+    check_sidecar(h, p, stored, expected, namespace_doc=nsd)
+
+
+@case("namespace-disabled-beats-pod", needs="namespace watch")
+def _(h):
+    stored, expected, err, *_ = namespace_case(h, "disabled", pod_annotations={INJECT: "daemonset"})
+    check(status_of(stored) is None and not stored["spec"].get("volumes"),
+          "injected although the namespace is labelled pdp-injector.io/injection=disabled")
+    check("namespace_override" in err, f"no namespace_override warning shown: {one_line(err)}")
+    assert_contains(expected, stored, "stored Pod")
+
+
+@case("pss-baseline-downgrade", needs="namespace watch")
+def _(h):
+    ns = h.namespace("pss-baseline", {PSS_LABEL: "baseline"})
+    p = pod("app", ns, annotations={INJECT: "daemonset"})
+    nsd = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {PSS_LABEL: "baseline"}}}
+    expected = h.offline(p, namespace_doc=nsd)[0]
+    out, err = h.must_create(p)
+    stored = h.get("pod", "app", ns)
+    check(status_of(stored), "not injected")
+    check(not any("hostPath" in v for v in stored["spec"].get("volumes") or []),
+          "a hostPath was added in a namespace enforcing baseline")
+    check("CERBOS_PDP_ADDR" in env_names(stored["spec"]["containers"][0]), "TCP address not kept")
+    check(re.search(r"^Warning: pdp-injector downgraded_pss", err, re.M),
+          f"kubectl showed no downgraded_pss warning: {one_line(err)}")
+    assert_contains(expected, stored, "stored Pod")
+
+
+@case("reinvocation-wires-added-container-once")
+def _(h):
+    ns = h.namespace("reinvocation", {ADDER_NS_LABEL: "on"})
+    p = pod("app", ns, annotations={INJECT: "daemonset", ADD_ANNOTATION: "late"})
+    # Expected: ours, then the adder's container, then ours again on its own output.
+    first = h.offline(p)[0]
+    check(not by_name(first["spec"]["containers"], "late"), "offline reference already has the late container")
+    first["spec"]["containers"].append({"name": "late", "image": PAUSE})
+    expected = h.offline(first)[0]
+    start = len(h.adder_record.read_text().splitlines()) if h.adder_record.exists() else 0
+    h.must_create(p)
+    stored = h.get("pod", "app", ns)
+    calls = [json.loads(l) for l in h.adder_record.read_text().splitlines()[start:]]
+    check(any(c["patched"] for c in calls), "the second webhook never added its container")
+    late = by_name(stored["spec"]["containers"], "late")
+    check(late, "container 'late' from the second webhook is missing")
+    check(env_names(late).count("CERBOS_PDP_ADDR") == 1, f"late container not wired exactly once: {env_names(late)}")
+    app = stored["spec"]["containers"][0]
+    check(env_names(app).count("CERBOS_PDP_ADDR") == 1, f"app container env duplicated: {env_names(app)}")
+    assert_contains(expected, stored, "stored Pod")
+
+
+# -- the webhook down, then back ----------------------------------------------------------------------------------
+
+@case("webhook-down-ignore-admits-other-namespaces")
+def _(h):
+    h.stop("pdp-injector")
+    plain = h.namespace("down-ignore")
+    disabled = h.namespace("down-ignore-disabled", {NS_LABEL: "disabled"})
+    for ns, ann in [(plain, {}), (plain, {INJECT: "daemonset"}), (disabled, {})]:
+        name = f"app-{len(ann)}"
+        out, err, rc = h.create(pod(name, ns, annotations=ann))
+        check(rc == 0, f"Pod {ns}/{name} refused while the webhook is down (Ignore entry): {one_line(err)}")
+        stored = h.get("pod", name, ns)
+        check(status_of(stored) is None, "injected while the webhook was down?")
+
+
+@case("webhook-down-fail-blocks-opted-in-namespaces")
+def _(h):
+    check(not h.alive("pdp-injector"), "the webhook is still running")
+    for value in ["enabled", "sidecar", "daemonset"]:
+        ns = h.namespace(f"down-fail-{value}", {NS_LABEL: value})
+        out, err, rc = h.create(pod("app", ns))
+        check(rc != 0, f"a Pod in a namespace labelled {value} was admitted while the webhook is down")
+        check('failed calling webhook "namespaces.pdp-injector.io"' in err, f"unexpected refusal: {one_line(err)}")
+        check(h.get("pod", "app", ns) is None, "the refused Pod was stored")
+
+
+@case("webhook-recovers")
+def _(h):
+    h.start_webhook()
+    ns = h.namespace("recovered", {NS_LABEL: "enabled"})
+    # Annotated too, so this checks recovery of the Fail entry even without the namespace watch.
+    deadline = time.monotonic() + 30
+    while True:
+        out, err, rc = h.create(pod("app", ns, annotations={INJECT: "daemonset"}))
+        if rc == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    check(rc == 0, f"still refused 30 s after the webhook came back: {one_line(err)}")
+    check(status_of(h.get("pod", "app", ns)), "not injected after recovery (namespace labelled enabled)")
+    plain = h.namespace("recovered-plain")
+    create_and_compare(h, pod("app", plain, annotations={INJECT: "daemonset"}))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pdp-injector", required=True, help="the pdp-injector binary")
+    ap.add_argument("--kubectl", default="kubectl")
+    ap.add_argument("--kubeconfig", help="target this existing cluster (no local etcd/kube-apiserver)")
+    ap.add_argument("--kube-apiserver", help="kube-apiserver binary (local mode)")
+    ap.add_argument("--etcd", default="etcd")
+    ap.add_argument("--webhook-host", default="127.0.0.1",
+                    help="address the webhooks listen on and the API server calls (default 127.0.0.1)")
+    ap.add_argument("--webhook-port", type=int, default=0)
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, certs, kubeconfig)")
+    ap.add_argument("--ns-settle", type=float, default=float(os.environ.get("E2E_NS_SETTLE", "0")),
+                    help="seconds to wait after creating each namespace")
+    ap.add_argument("--timeout", type=int, default=int(os.environ.get("E2E_TIMEOUT", "900")),
+                    help="overall deadline in seconds")
+    ap.add_argument("cases", nargs="*", help="only cases whose name contains one of these")
+    args = ap.parse_args()
+    if not args.kubeconfig and not args.kube_apiserver:
+        ap.error("--kube-apiserver is required without --kubeconfig")
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def on_alarm(_signum, _frame):
+        raise Timeout(f"overall deadline of {args.timeout}s exceeded")
+
+    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(s, on_signal)
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(args.timeout)
+
+    h = Harness(args)
+    passed, failed = [], []
+    t0 = time.monotonic()
+    setup_error = None
+    try:
+        try:
+            h.setup()
+            log(f"setup done in {time.monotonic() - t0:.1f}s")
+        except (Exception, Timeout) as e:  # noqa: BLE001
+            setup_error = e
+            for name in h.procs:
+                tail = h.log_tail(name, 25)
+                if tail:
+                    log(f"--- last lines of {name}.log ---\n{tail}")
+        if setup_error is None:
+            selected = [c for c in CASES if not args.cases or any(f in c[0] for f in args.cases)]
+            for name, fn, needs in selected:
+                t = time.monotonic()
+                try:
+                    fn(h)
+                    passed.append(name)
+                    print(f"PASS {name}", flush=True)
+                except Fail as e:
+                    failed.append(name)
+                    hint = f" [needs: {needs}]" if needs else ""
+                    print(f"FAIL {name}: {one_line(e, 600)}{hint}", flush=True)
+                except (Exception, Timeout) as e:  # noqa: BLE001
+                    failed.append(name)
+                    print(f"FAIL {name}: {type(e).__name__}: {one_line(e, 600)}", flush=True)
+                    if isinstance(e, Timeout):
+                        break
+                    traceback.print_exc(file=sys.stderr)
+                log(f"{name}: {time.monotonic() - t:.1f}s")
+    except KeyboardInterrupt as e:
+        print(f"FAIL interrupted: {e}", flush=True)
+        failed.append("interrupted")
+    finally:
+        signal.alarm(0)
+        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # let teardown finish
+            signal.signal(s, lambda signum, _f: log(f"signal {signum} ignored while stopping processes"))
+        if failed and "pdp-injector" in h.procs:
+            log(f"--- last lines of pdp-injector.log ---\n{h.log_tail('pdp-injector', 30)}")
+        h.teardown(bool(failed) or setup_error is not None)
+
+    if setup_error is not None:
+        print(f"FAIL setup: {type(setup_error).__name__}: {one_line(setup_error, 800)}", flush=True)
+        failed.append("setup")
+    log(f"total {time.monotonic() - t0:.1f}s")
+    print(f"{len(passed)} passed, {len(failed)} failed", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
