@@ -5,6 +5,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::config::{Config, Mode};
 use crate::decision::{Decision, Denial, NamespaceInfo, Reason, Warning, decide};
+use crate::patch::diff_pods;
 use crate::render::render;
 
 /// A Pod that gets wired.
@@ -67,15 +68,6 @@ impl Outcome {
             Outcome::Denied(_) => &[],
         }
     }
-}
-
-/// The JSON Patch that turns `before` into `after`. Missing parents become one `add` of the whole parent, and
-/// keys with `/` or `~` are escaped, by `json_patch::diff`.
-pub fn diff_pods(before: &Pod, after: &Pod) -> json_patch::Patch {
-    // Typed Kubernetes objects always serialize: their maps have string keys and their numbers are finite.
-    let before = serde_json::to_value(before).expect("a Pod serializes to JSON");
-    let after = serde_json::to_value(after).expect("a Pod serializes to JSON");
-    json_patch::diff(&before, &after)
 }
 
 /// Decides and renders for one Pod in one namespace.

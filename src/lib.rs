@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod names;
 pub mod namespaces;
 pub mod offline;
+pub mod patch;
 pub mod render;
 pub mod selfcerts;
 pub mod server;
