@@ -395,22 +395,21 @@ fn run_inject(args: InjectArgs) -> anyhow::Result<()> {
     let (output, reports) = offline::inject_stream(&input, &config, &options)?;
     let mut injected = 0;
     for r in &reports {
+        let Some(reason) = r.reason else { continue };
+        // Every Pod template gets a line saying what happened and why, skips included.
+        eprintln!("document {} ({} {:?}): {reason}", r.index, r.kind, r.name);
         for w in &r.warnings {
-            eprintln!(
-                "warning: document {} ({} {:?}): {w}",
-                r.index, r.kind, r.name
-            );
+            eprintln!("  warning: {w}");
         }
-        if matches!(
-            r.reason.map(|r| r.code()),
-            Some("injected_sidecar" | "injected_daemonset" | "rewired")
-        ) {
+        if reason.decision() == "inject" {
             injected += 1;
         }
     }
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
     eprintln!(
-        "pdp-injector: {} documents, {injected} injected",
-        reports.len()
+        "pdp-injector: {}, {} injected",
+        plural(reports.len(), "document"),
+        plural(injected, "Pod template")
     );
     print!("{output}");
     Ok(())

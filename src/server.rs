@@ -488,7 +488,7 @@ async fn mutate(State(state): State<Arc<AppState>>, request: Request) -> Respons
         "admission",
         uid = tracing::field::Empty,
         namespace = tracing::field::Empty,
-        name = tracing::field::Empty,
+        pod = tracing::field::Empty,
         operation = tracing::field::Empty,
         decision = tracing::field::Empty,
         reason = tracing::field::Empty,
@@ -563,7 +563,7 @@ async fn answer(state: &AppState, request: Request) -> Response {
             let span = Span::current();
             span.record("uid", summary.uid.as_str());
             span.record("namespace", summary.namespace.as_str());
-            span.record("name", summary.name.as_str());
+            span.record("pod", summary.name.as_str());
             span.record("operation", summary.operation.as_str());
             span.record("decision", summary.decision);
             span.record("reason", summary.reason.code());
