@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::config::Config;
-use crate::decision::{NamespaceInfo, Reason};
+use crate::decision::{Decision, NamespaceInfo, PodHead, Reason, decide};
 use crate::inject::{Outcome, inject};
 
 /// The only AdmissionReview version pdp-injector speaks (the MutatingWebhookConfiguration asks for it alone).
@@ -187,12 +187,8 @@ pub fn review(
             warnings: vec![],
         }
     } else {
-        match request
-            .object
-            .map(|raw| serde_json::from_str::<Pod>(raw.get()))
-        {
-            Some(Ok(pod)) => inject(&pod, &namespace(&ns_name), config),
-            Some(Err(e)) => invalid_object(format!("the object is not a valid v1 Pod: {e}")),
+        match request.object {
+            Some(raw) => answer_pod(raw.get(), &namespace(&ns_name), config),
             None => invalid_object("the request carries no object".into()),
         }
     };
@@ -244,6 +240,21 @@ pub fn review(
     };
     let bytes = serde_json::to_vec(&out).expect("an AdmissionReview serializes");
     Ok((bytes, summary))
+}
+
+/// Decides from the Pod's head first; only a Pod that gets injected is parsed whole.
+fn answer_pod(raw: &str, ns: &NamespaceInfo, config: &Config) -> Outcome {
+    if let Ok(head) = serde_json::from_str::<PodHead>(raw) {
+        match decide(&head.to_pod(), ns, config) {
+            Decision::Skip(reason, warnings) => return Outcome::Skipped { reason, warnings },
+            Decision::Deny(denial) => return Outcome::Denied(denial),
+            Decision::Inject(_) => {}
+        }
+    }
+    match serde_json::from_str::<Pod>(raw) {
+        Ok(pod) => inject(&pod, ns, config),
+        Err(e) => invalid_object(format!("the object is not a valid v1 Pod: {e}")),
+    }
 }
 
 fn invalid_object(message: String) -> Outcome {

@@ -349,6 +349,9 @@ fn has_pdp_container(pod: &Pod, config: &Config) -> bool {
 }
 
 /// Applies the precedence table: namespace `disabled` > Pod `disabled` > Pod mode > namespace mode > config default.
+///
+/// Reads only the Pod's annotations, labels and container names, so that the webhook can decide from a
+/// [`PodHead`] and parse the whole Pod only when it injects.
 pub fn decide(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Decision {
     if config.excluded_namespaces.contains(&ns.name) {
         return Decision::Skip(Reason::ExcludedNamespace, vec![]);
@@ -481,6 +484,10 @@ fn decide_rewire(pod: &Pod, ns: &NamespaceInfo, config: &Config, raw: &str) -> D
         Ok(c) => c,
         Err(d) => return Decision::Deny(d),
     };
+    // Re-wiring only ever wires containers the first pass did not: none new, nothing to do.
+    if containers.iter().all(|c| status.containers.contains(c)) {
+        return Decision::Skip(Reason::AlreadyInjected, vec![]);
+    }
     Decision::Inject(Box::new(Plan {
         mode: status.mode,
         profile: status.profile.clone(),
@@ -542,4 +549,63 @@ fn select_containers(pod: &Pod, config: &Config) -> Result<Vec<String>, Denial> 
         .filter(|n| wanted.contains(n))
         .map(String::from)
         .collect())
+}
+
+/// The part of a Pod that [`decide`] reads. Deserialising only this skips the rest of the object without
+/// allocating, so a Pod that is not injected costs a fraction of a full parse.
+#[derive(Debug, Default, Deserialize)]
+pub struct PodHead {
+    #[serde(default)]
+    metadata: HeadMeta,
+    #[serde(default)]
+    spec: Option<HeadSpec>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct HeadMeta {
+    #[serde(default)]
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(default)]
+    labels: Option<std::collections::BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HeadSpec {
+    #[serde(default)]
+    containers: Vec<HeadContainer>,
+    #[serde(default)]
+    init_containers: Option<Vec<HeadContainer>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct HeadContainer {
+    #[serde(default)]
+    name: String,
+}
+
+impl PodHead {
+    /// A Pod holding exactly what [`decide`] reads.
+    pub fn to_pod(self) -> Pod {
+        use k8s_openapi::api::core::v1::{Container, PodSpec};
+        let container = |c: HeadContainer| Container {
+            name: c.name,
+            ..Default::default()
+        };
+        Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                annotations: self.metadata.annotations,
+                labels: self.metadata.labels,
+                ..Default::default()
+            },
+            spec: self.spec.map(|s| PodSpec {
+                containers: s.containers.into_iter().map(container).collect(),
+                init_containers: s
+                    .init_containers
+                    .map(|v| v.into_iter().map(container).collect()),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
 }

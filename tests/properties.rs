@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, Volume, VolumeMount};
 use pdp_injector::config::{Config, restricted_violations};
-use pdp_injector::decision::{NamespaceInfo, Reason};
+use pdp_injector::decision::{NamespaceInfo, PodHead, Reason, decide};
 use pdp_injector::inject::{Outcome, inject};
 use std::collections::BTreeMap;
 
@@ -175,6 +175,23 @@ fn generated_pods_hold_the_core_properties() {
         let ns = gen_namespace(&mut rng);
         let outcome = inject(&pod, &ns, &config);
         seen.insert(outcome.reason().code());
+
+        // The webhook decides from the Pod's head: it must reach the same decision as from the whole Pod.
+        let head: PodHead = serde_json::from_value(serde_json::to_value(&pod).unwrap()).unwrap();
+        assert_eq!(
+            decide(&head.to_pod(), &ns, &config),
+            decide(&pod, &ns, &config),
+            "case {case}"
+        );
+        if let Outcome::Injected(done) = &outcome {
+            let head: PodHead =
+                serde_json::from_value(serde_json::to_value(&done.pod).unwrap()).unwrap();
+            assert_eq!(
+                decide(&head.to_pod(), &ns, &config),
+                decide(&done.pod, &ns, &config),
+                "case {case}, injected"
+            );
+        }
         let Outcome::Injected(done) = outcome else {
             continue;
         };
