@@ -305,9 +305,10 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
             shutdown_grace: args.shutdown_grace,
             ..ServeOptions::new(args.listen, tls_source)
         };
+        options.fit.own_namespace = Some(args.namespace.clone());
         let namespaces: Arc<dyn NamespaceSource> = match &client {
             Some(client) => {
-                options.native_sidecars = cluster::native_sidecars(client).await;
+                options.fit.native_sidecars = cluster::native_sidecars(client).await;
                 Arc::new(cluster::ClusterNamespaces::spawn(client.clone()))
             }
             None => Arc::new(NoCluster),

@@ -61,8 +61,39 @@ pub struct ServeOptions {
     pub drain_delay: Duration,
     /// How long in-flight requests get to finish once draining starts.
     pub shutdown_grace: Duration,
+    /// What the config must be adapted to in this cluster.
+    pub fit: ClusterFit,
+}
+
+/// Facts about the cluster that adapt every config, the first and each reloaded one.
+#[derive(Debug, Clone)]
+pub struct ClusterFit {
     /// False on apiservers older than 1.29: every profile's sidecar is rendered as a classic container.
     pub native_sidecars: bool,
+    /// The namespace the webhook runs in: never injected, whatever the config file says.
+    pub own_namespace: Option<String>,
+}
+
+impl Default for ClusterFit {
+    fn default() -> Self {
+        ClusterFit {
+            native_sidecars: true,
+            own_namespace: None,
+        }
+    }
+}
+
+impl ClusterFit {
+    fn apply(&self, mut config: Config) -> Config {
+        if let Some(ns) = &self.own_namespace {
+            config.excluded_namespaces.insert(ns.clone());
+        }
+        if self.native_sidecars {
+            config
+        } else {
+            config.with_classic_sidecars()
+        }
+    }
 }
 
 impl ServeOptions {
@@ -80,7 +111,7 @@ impl ServeOptions {
             reload_interval: Duration::from_secs(2),
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(25),
-            native_sidecars: true,
+            fit: ClusterFit::default(),
         }
     }
 }
@@ -192,7 +223,7 @@ pub async fn start(
         Some(p) => Config::load(p)?,
         None => Config::builtin(),
     };
-    let config = fit_to_cluster(config, options.native_sidecars);
+    let config = options.fit.apply(config);
     let material = match &options.tls {
         TlsSource::Files(files) => files.read()?,
         TlsSource::Fixed(m) => m.clone(),
@@ -249,7 +280,7 @@ pub async fn start(
         material.fingerprint(),
         options.config_path.clone(),
         options.reload_interval,
-        options.native_sidecars,
+        options.fit.clone(),
     ));
     Ok(Running {
         addr,
@@ -271,7 +302,7 @@ async fn reload_loop(
     mut tls_seen: [u8; 32],
     config_path: Option<PathBuf>,
     interval: Duration,
-    native_sidecars: bool,
+    fit: ClusterFit,
 ) {
     let mut config_seen = config_path
         .as_deref()
@@ -336,7 +367,7 @@ async fn reload_loop(
                             .and_then(Config::from_yaml)
                         {
                             Ok(config) => {
-                                let config = fit_to_cluster(config, native_sidecars);
+                                let config = fit.apply(config);
                                 info!(hash = %config.hash, "config reloaded");
                                 state.set_config(config);
                                 state.metrics.config_reload(true);
@@ -358,14 +389,6 @@ async fn reload_loop(
                 }
             }
         }
-    }
-}
-
-fn fit_to_cluster(config: Config, native_sidecars: bool) -> Config {
-    if native_sidecars {
-        config
-    } else {
-        config.with_classic_sidecars()
     }
 }
 

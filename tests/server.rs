@@ -986,7 +986,7 @@ async fn namespace_missing_from_the_cache_is_fetched_not_guessed() {
 async fn classic_sidecars_for_old_apiservers() {
     let b = bundle();
     let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
-    options.native_sidecars = false;
+    options.fit.native_sidecars = false;
     let r = start_with(options, Arc::new(NoCluster)).await;
     let (_, out) = post(&r, &b.ca_cert_pem, annotated("sidecar")).await;
     let mut pod =
@@ -996,5 +996,20 @@ async fn classic_sidecars_for_old_apiservers() {
     assert!(pod["spec"].get("initContainers").is_none(), "{pod}");
     assert_eq!(pod["spec"]["containers"][1]["name"], "cerbos-pdp");
     assert!(pod["spec"]["containers"][1].get("restartPolicy").is_none());
+    r.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_webhooks_own_namespace_is_never_injected() {
+    let b = bundle();
+    let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
+    options.fit.own_namespace = Some("webhook-demo".into());
+    let r = start_with(options, Arc::new(NoCluster)).await;
+    let (_, out) = post(&r, &b.ca_cert_pem, annotated("sidecar")).await;
+    assert_eq!(
+        out["response"]["auditAnnotations"]["reason"],
+        "excluded_namespace"
+    );
+    assert!(out["response"].get("patch").is_none());
     r.shutdown().await.unwrap();
 }
