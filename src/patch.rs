@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -144,15 +144,7 @@ fn same_name(a: &Container, b: &Container) -> bool {
 /// An app container that changed in place: its `env` and `volumeMounts` gained entries. Any other change
 /// replaces the container whole.
 fn diff_container(ops: &mut Ops, path: PointerBuf, before: &Container, after: &Container) {
-    let rest_same = Container {
-        env: None,
-        volume_mounts: None,
-        ..before.clone()
-    } == Container {
-        env: None,
-        volume_mounts: None,
-        ..after.clone()
-    };
+    let rest_same = container_rest_same(before, after);
     if !rest_same {
         ops.replace(path, after);
         return;
@@ -195,17 +187,7 @@ pub fn diff_pods(before: &Pod, after: &Pod) -> Patch {
     match (&before.spec, &after.spec) {
         (Some(b), Some(a)) if b != a => {
             let spec = child(&root, "spec");
-            let rest_same = k8s_openapi::api::core::v1::PodSpec {
-                containers: vec![],
-                init_containers: None,
-                volumes: None,
-                ..b.clone()
-            } == k8s_openapi::api::core::v1::PodSpec {
-                containers: vec![],
-                init_containers: None,
-                volumes: None,
-                ..a.clone()
-            };
+            let rest_same = spec_rest_same(b, a);
             if !rest_same {
                 ops.replace(spec, a);
             } else {
@@ -239,6 +221,143 @@ pub fn diff_pods(before: &Pod, after: &Pod) -> Patch {
         _ => {}
     }
     Patch(ops.0)
+}
+
+/// True when `a` and `b` differ at most in `containers`, `init_containers`, `volumes`. The exhaustive pattern makes a
+/// new Kubernetes field a compile error here instead of a field the patch silently misses.
+fn spec_rest_same(a: &PodSpec, b: &PodSpec) -> bool {
+    let PodSpec {
+        active_deadline_seconds,
+        affinity,
+        automount_service_account_token,
+        dns_config,
+        dns_policy,
+        enable_service_links,
+        ephemeral_containers,
+        host_aliases,
+        host_ipc,
+        host_network,
+        host_pid,
+        host_users,
+        hostname,
+        image_pull_secrets,
+        node_name,
+        node_selector,
+        os,
+        overhead,
+        preemption_policy,
+        priority,
+        priority_class_name,
+        readiness_gates,
+        resource_claims,
+        resources,
+        restart_policy,
+        runtime_class_name,
+        scheduler_name,
+        scheduling_gates,
+        security_context,
+        service_account,
+        service_account_name,
+        set_hostname_as_fqdn,
+        share_process_namespace,
+        subdomain,
+        termination_grace_period_seconds,
+        tolerations,
+        topology_spread_constraints,
+        containers: _,
+        init_containers: _,
+        volumes: _,
+    } = a;
+    *active_deadline_seconds == b.active_deadline_seconds
+        && *affinity == b.affinity
+        && *automount_service_account_token == b.automount_service_account_token
+        && *dns_config == b.dns_config
+        && *dns_policy == b.dns_policy
+        && *enable_service_links == b.enable_service_links
+        && *ephemeral_containers == b.ephemeral_containers
+        && *host_aliases == b.host_aliases
+        && *host_ipc == b.host_ipc
+        && *host_network == b.host_network
+        && *host_pid == b.host_pid
+        && *host_users == b.host_users
+        && *hostname == b.hostname
+        && *image_pull_secrets == b.image_pull_secrets
+        && *node_name == b.node_name
+        && *node_selector == b.node_selector
+        && *os == b.os
+        && *overhead == b.overhead
+        && *preemption_policy == b.preemption_policy
+        && *priority == b.priority
+        && *priority_class_name == b.priority_class_name
+        && *readiness_gates == b.readiness_gates
+        && *resource_claims == b.resource_claims
+        && *resources == b.resources
+        && *restart_policy == b.restart_policy
+        && *runtime_class_name == b.runtime_class_name
+        && *scheduler_name == b.scheduler_name
+        && *scheduling_gates == b.scheduling_gates
+        && *security_context == b.security_context
+        && *service_account == b.service_account
+        && *service_account_name == b.service_account_name
+        && *set_hostname_as_fqdn == b.set_hostname_as_fqdn
+        && *share_process_namespace == b.share_process_namespace
+        && *subdomain == b.subdomain
+        && *termination_grace_period_seconds == b.termination_grace_period_seconds
+        && *tolerations == b.tolerations
+        && *topology_spread_constraints == b.topology_spread_constraints
+}
+
+/// True when `a` and `b` differ at most in `env`, `volume_mounts`. The exhaustive pattern makes a
+/// new Kubernetes field a compile error here instead of a field the patch silently misses.
+fn container_rest_same(a: &Container, b: &Container) -> bool {
+    let Container {
+        args,
+        command,
+        env_from,
+        image,
+        image_pull_policy,
+        lifecycle,
+        liveness_probe,
+        name,
+        ports,
+        readiness_probe,
+        resize_policy,
+        resources,
+        restart_policy,
+        security_context,
+        startup_probe,
+        stdin,
+        stdin_once,
+        termination_message_path,
+        termination_message_policy,
+        tty,
+        volume_devices,
+        working_dir,
+        env: _,
+        volume_mounts: _,
+    } = a;
+    *args == b.args
+        && *command == b.command
+        && *env_from == b.env_from
+        && *image == b.image
+        && *image_pull_policy == b.image_pull_policy
+        && *lifecycle == b.lifecycle
+        && *liveness_probe == b.liveness_probe
+        && *name == b.name
+        && *ports == b.ports
+        && *readiness_probe == b.readiness_probe
+        && *resize_policy == b.resize_policy
+        && *resources == b.resources
+        && *restart_policy == b.restart_policy
+        && *security_context == b.security_context
+        && *startup_probe == b.startup_probe
+        && *stdin == b.stdin
+        && *stdin_once == b.stdin_once
+        && *termination_message_path == b.termination_message_path
+        && *termination_message_policy == b.termination_message_policy
+        && *tty == b.tty
+        && *volume_devices == b.volume_devices
+        && *working_dir == b.working_dir
 }
 
 #[cfg(test)]
