@@ -117,7 +117,10 @@ struct ServeArgs {
     /// Upper bound on one request (the apiserver's ?timeout= lowers it).
     #[arg(long, env = "PDP_INJECTOR_REQUEST_TIMEOUT", default_value = "10s", value_parser = duration)]
     request_timeout: Duration,
-    /// Bound on TLS handshakes and on reading request headers.
+    /// How long a keep-alive connection may stay idle between requests (above the apiserver's 90 s).
+    #[arg(long, env = "PDP_INJECTOR_IDLE_TIMEOUT", default_value = "150s", value_parser = duration)]
+    idle_timeout: Duration,
+    /// Bound on TLS handshakes and on the first request of a connection.
     #[arg(long, env = "PDP_INJECTOR_HANDSHAKE_TIMEOUT", default_value = "5s", value_parser = duration)]
     handshake_timeout: Duration,
     /// How often certificate and config files are checked for changes.
@@ -299,6 +302,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
             body_limit: args.body_limit,
             handshake_timeout: args.handshake_timeout,
             header_timeout: args.handshake_timeout,
+            idle_timeout: args.idle_timeout,
             request_timeout: args.request_timeout,
             reload_interval: args.reload_interval,
             drain_delay: args.drain_delay,

@@ -87,8 +87,12 @@ pub fn parse_stream(input: &str) -> Result<Vec<Value>, OfflineError> {
         budget.max_nodes = budget.max_nodes.max(scale * 2);
         budget.max_depth = 128;
     }
-    serde_saphyr::from_multiple_with_options::<Value>(input, options)
-        .map_err(|e| OfflineError::Yaml(e.to_string()))
+    let mut docs = serde_saphyr::from_multiple_with_options::<Value>(input, options)
+        .map_err(|e| OfflineError::Yaml(e.to_string()))?;
+    // An empty document (even a tagged one, which reads as null) is no object: dropping it keeps the output a
+    // fixed point, as an explicit `null` document is already skipped when read.
+    docs.retain(|d| !d.is_null());
+    Ok(docs)
 }
 
 /// Writes documents back as a YAML stream.

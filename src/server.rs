@@ -51,8 +51,11 @@ pub struct ServeOptions {
     pub body_limit: usize,
     /// Bound on a TLS handshake.
     pub handshake_timeout: Duration,
-    /// Bound on reading request headers (and on the first request of a connection).
+    /// Bound on the first request of a connection (slow or partial headers are cut off after it).
     pub header_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request: longer than the apiserver's idle
+    /// connection timeout (90 s in client-go), so it never races our close with a POST it will not retry.
+    pub idle_timeout: Duration,
     /// Upper bound on one request; the apiserver's `?timeout=` lowers it.
     pub request_timeout: Duration,
     /// How often certificate and config files are checked for changes.
@@ -107,6 +110,7 @@ impl ServeOptions {
             body_limit: DEFAULT_BODY_LIMIT,
             handshake_timeout: Duration::from_secs(5),
             header_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(150),
             request_timeout: Duration::from_secs(10),
             reload_interval: Duration::from_secs(2),
             drain_delay: Duration::ZERO,
@@ -147,7 +151,11 @@ pub struct AppState {
     pub metrics: Metrics,
     bound: AtomicBool,
     shutting_down: AtomicBool,
+    /// Reviews being computed.
     permits: Arc<Semaphore>,
+    /// Requests being received (body still arriving) or computed: four times `permits`, so that slow bodies
+    /// cannot take the permits that finished requests need.
+    readers: Arc<Semaphore>,
     body_limit: usize,
     request_timeout: Duration,
 }
@@ -239,6 +247,9 @@ pub async fn start(
         bound: AtomicBool::new(false),
         shutting_down: AtomicBool::new(false),
         permits: Arc::new(Semaphore::new(options.max_in_flight.max(1))),
+        readers: Arc::new(Semaphore::new(
+            options.max_in_flight.max(1).saturating_mul(4),
+        )),
         body_limit: options.body_limit,
         request_timeout: options.request_timeout,
     });
@@ -255,7 +266,7 @@ pub async fn start(
     server
         .http_builder()
         .http1()
-        .header_read_timeout(Some(options.header_timeout))
+        .header_read_timeout(Some(options.idle_timeout.max(options.header_timeout)))
         .keep_alive(true);
     let server = tokio::spawn(server.serve(app.into_make_service()));
     let Some(addr) = handle.listening().await else {
@@ -497,7 +508,7 @@ fn too_large(e: &axum::Error) -> bool {
 
 async fn mutate(State(state): State<Arc<AppState>>, request: Request) -> Response {
     // Check the bound before reading anything: under a flood, refusing costs no body buffering.
-    let Ok(_permit) = state.permits.clone().try_acquire_owned() else {
+    let Ok(_reader) = state.readers.clone().try_acquire_owned() else {
         state.metrics.error(ErrorKind::Overloaded);
         return json_error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -559,6 +570,14 @@ async fn answer(state: &AppState, request: Request) -> Response {
             state.metrics.error(ErrorKind::BadRequest);
             return json_error(StatusCode::BAD_REQUEST, &format!("cannot read body: {e}"));
         }
+    };
+    // The review itself holds a permit; a request whose body is still arriving does not.
+    let Ok(_permit) = state.permits.clone().try_acquire_owned() else {
+        state.metrics.error(ErrorKind::Overloaded);
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many admission requests in flight; retry",
+        );
     };
     let config = state.config();
     let (mut result, missed) = {
