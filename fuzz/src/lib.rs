@@ -1,0 +1,5 @@
+//! The properties checked by the fuzz targets (shared with the main package's `tests/fuzz_regressions.rs`).
+
+mod checks;
+
+pub use checks::*;

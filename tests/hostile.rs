@@ -1,0 +1,827 @@
+//! Hostile clients, drain under load and resource bounds, against the real `pdp-injector serve` binary on
+//! 127.0.0.1 (spawned, killed on drop).
+//!
+//! The short cases run with `cargo test`. The long ones are `#[ignore]`d and run by `scripts/hostile.sh`
+//! (`cargo test --release --test hostile -- --include-ignored --test-threads=1 --skip known_bug_`):
+//! 1,000 idle connections, 30 s of connections without keep-alive (descriptors and memory), a connection reused
+//! after 120 s idle. Tests whose name starts with `known_bug_` show a bug that is not fixed yet; their
+//! `#[ignore]` reason says what it is, and the script skips them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use hyper::StatusCode;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+#[allow(dead_code)]
+mod common {
+    include!("common/process.rs");
+}
+use common::*;
+
+/// The answer-time bound for a normal client: 100 ms as the issue asks, looser in unoptimised builds (a debug
+/// server does the same work several times slower, and `cargo test` shares the machine with other test binaries).
+fn answer_bound() -> Duration {
+    if cfg!(debug_assertions) {
+        Duration::from_millis(400)
+    } else {
+        Duration::from_millis(100)
+    }
+}
+
+/// A "normal client" next to the hostile ones: one review every `every` on a keep-alive connection (as the
+/// apiserver does) and one on a fresh connection every fourth time. Returns all latencies and errors.
+async fn normal_client(
+    addr: std::net::SocketAddr,
+    client: Arc<rustls::ClientConfig>,
+    every: Duration,
+    stop: Arc<AtomicBool>,
+) -> (Vec<Duration>, Vec<String>) {
+    let mut latencies = Vec::new();
+    let mut errors = Vec::new();
+    let mut keep = connect(addr, &client)
+        .await
+        .expect("normal client connects");
+    let mut n = 0u64;
+    let mut tick = tokio::time::interval(every);
+    while !stop.load(Ordering::SeqCst) {
+        tick.tick().await;
+        n += 1;
+        let uid = format!("normal-{n}");
+        let started = Instant::now();
+        let result = if n.is_multiple_of(4) {
+            call(
+                addr,
+                &client,
+                "POST",
+                "/mutate",
+                Some("application/json"),
+                review_body(&uid, "daemonset"),
+            )
+            .await
+        } else {
+            if keep.is_closed() {
+                // The server may close an idle keep-alive connection; a client then opens a new one.
+                keep = match connect(addr, &client).await {
+                    Ok(k) => k,
+                    Err(e) => {
+                        errors.push(format!("{uid}: reconnect: {e}"));
+                        continue;
+                    }
+                };
+            }
+            send(
+                &mut keep,
+                "POST",
+                "/mutate",
+                Some("application/json"),
+                review_body(&uid, "daemonset"),
+            )
+            .await
+        };
+        latencies.push(started.elapsed());
+        if let Err(e) = check_answer(result, &uid, "injected_daemonset") {
+            errors.push(e);
+        }
+    }
+    (latencies, errors)
+}
+
+fn assert_normal_client(what: &str, latencies: &mut [Duration], errors: &[String]) {
+    latencies.sort();
+    let max = latencies.last().copied().unwrap_or_default();
+    eprintln!(
+        "{what}: normal client: {} answers, p50 {:?}, p99 {:?}, max {:?}, {} errors",
+        latencies.len(),
+        percentile(latencies, 50.0),
+        percentile(latencies, 99.0),
+        max,
+        errors.len()
+    );
+    assert!(
+        errors.is_empty(),
+        "{what}: normal client errors: {errors:?}"
+    );
+    assert!(latencies.len() >= 5, "{what}: too few answers");
+    assert!(
+        max < answer_bound(),
+        "{what}: a normal answer took {max:?} (bound {:?})",
+        answer_bound()
+    );
+}
+
+/// Waits for the descriptor count to come back to `baseline` (+`slack`); returns the last count.
+async fn fds_settle(
+    server: &ServerProcess,
+    baseline: usize,
+    slack: usize,
+    limit: Duration,
+) -> usize {
+    let deadline = Instant::now() + limit;
+    loop {
+        let n = server.fds();
+        if n <= baseline + slack || Instant::now() > deadline {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What a hostile connection did: its kind and how long the server let it live (None: still open at the bound).
+type Outcome = (&'static str, Option<Duration>, Vec<u8>);
+
+async fn silent_tcp(addr: std::net::SocketAddr, bound: Duration) -> Outcome {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let closed = closed_within(&mut tcp, bound).await;
+    ("silent TCP", closed.as_ref().map(|c| c.0), vec![])
+}
+
+async fn partial_hello(addr: std::net::SocketAddr, bound: Duration) -> Outcome {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(&partial_client_hello()).await.unwrap();
+    let closed = closed_within(&mut tcp, bound).await;
+    ("partial ClientHello", closed.map(|c| c.0), vec![])
+}
+
+async fn tls_no_request(
+    addr: std::net::SocketAddr,
+    client: Arc<rustls::ClientConfig>,
+    bound: Duration,
+) -> Outcome {
+    let mut tls = tls_connect(addr, &client).await.unwrap();
+    let closed = closed_within(&mut tls, bound).await;
+    ("TLS, no request", closed.map(|c| c.0), vec![])
+}
+
+async fn partial_headers(
+    addr: std::net::SocketAddr,
+    client: Arc<rustls::ClientConfig>,
+    bound: Duration,
+) -> Outcome {
+    let mut tls = tls_connect(addr, &client).await.unwrap();
+    tls.write_all(b"POST /mutate HTTP/1.1\r\nHost: loc")
+        .await
+        .unwrap();
+    tls.flush().await.unwrap();
+    let closed = closed_within(&mut tls, bound).await;
+    ("partial headers", closed.map(|c| c.0), vec![])
+}
+
+/// Writes `bytes` one a second until the server closes or `bound` passes; returns when and what it answered.
+async fn trickle<S>(stream: &mut S, bytes: &[u8], bound: Duration) -> Option<(Duration, Vec<u8>)>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    for b in bytes {
+        if started.elapsed() > bound {
+            return None;
+        }
+        if stream.write_all(&[*b]).await.is_err() || stream.flush().await.is_err() {
+            break;
+        }
+        // Wait a second for an answer or a close before the next byte.
+        match tokio::time::timeout(
+            Duration::from_secs(1),
+            tokio::io::AsyncReadExt::read(stream, &mut buf),
+        )
+        .await
+        {
+            Err(_) => continue,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some((started.elapsed(), answer)),
+            Ok(Ok(n)) => {
+                answer.extend_from_slice(&buf[..n]);
+                // Answered: the server must now close (the body was not read to its end).
+                let rest = closed_within(stream, bound.saturating_sub(started.elapsed())).await?;
+                answer.extend(rest.1);
+                return Some((started.elapsed(), answer));
+            }
+        }
+    }
+    closed_within(stream, bound.saturating_sub(started.elapsed()))
+        .await
+        .map(|(_, rest)| {
+            answer.extend(rest);
+            (started.elapsed(), answer)
+        })
+}
+
+async fn trickled_headers(
+    addr: std::net::SocketAddr,
+    client: Arc<rustls::ClientConfig>,
+    bound: Duration,
+) -> Outcome {
+    let mut tls = tls_connect(addr, &client).await.unwrap();
+    let headers = b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let r = trickle(&mut tls, headers, bound).await;
+    (
+        "headers trickled 1 B/s",
+        r.as_ref().map(|r| r.0),
+        r.map(|r| r.1).unwrap_or_default(),
+    )
+}
+
+async fn trickled_body(
+    addr: std::net::SocketAddr,
+    client: Arc<rustls::ClientConfig>,
+    bound: Duration,
+) -> Outcome {
+    let mut tls = tls_connect(addr, &client).await.unwrap();
+    let body = review_body("trickle", "daemonset");
+    let head = format!(
+        "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    let r = trickle(&mut tls, &body, bound).await;
+    (
+        "body trickled 1 B/s",
+        r.as_ref().map(|r| r.0),
+        r.map(|r| r.1).unwrap_or_default(),
+    )
+}
+
+async fn idle_after_request(
+    addr: std::net::SocketAddr,
+    client: Arc<rustls::ClientConfig>,
+    bound: Duration,
+) -> Outcome {
+    let mut tls = tls_connect(addr, &client).await.unwrap();
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = tokio::io::AsyncReadExt::read(&mut tls, &mut buf)
+        .await
+        .unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    let closed = closed_within(&mut tls, bound).await;
+    (
+        "keep-alive idle after a request",
+        closed.map(|c| c.0),
+        vec![],
+    )
+}
+
+/// Every hostile connection was closed by the server within `bound`.
+fn assert_all_closed(outcomes: &[Outcome], bound: Duration) {
+    let mut by_kind: std::collections::BTreeMap<&str, (usize, Duration)> = Default::default();
+    for (kind, closed, answer) in outcomes {
+        let took = closed.unwrap_or_else(|| panic!("{kind}: still open after {bound:?}"));
+        let e = by_kind.entry(kind).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(took);
+        if !answer.is_empty() {
+            let text = String::from_utf8_lossy(answer);
+            // Slow requests are answered with a timeout status (408 from hyper, 504 from the handler) or dropped.
+            assert!(
+                text.starts_with("HTTP/1.1 408") || text.starts_with("HTTP/1.1 504"),
+                "{kind}: answered {text}"
+            );
+        }
+    }
+    for (kind, (n, max)) in by_kind {
+        eprintln!("{n:>5} x {kind:<32} closed by the server, the slowest after {max:?}");
+    }
+}
+
+/// A partial ClientHello, partial headers, headers and a body trickled one byte a second, silent TCP, TLS with no
+/// request and a keep-alive connection left idle: the server closes each by its timeouts, while a normal client
+/// keeps getting correct answers in time; afterwards the server holds no more descriptors than before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_partial_clients_are_cut_off_while_a_normal_client_is_answered() {
+    let _serial = serial().await;
+    let flags = with_idle_timeout(
+        &["--handshake-timeout", "1s", "--request-timeout", "2s"],
+        "1s",
+    );
+    let server = ServerProcess::start("slow", &flags).await;
+    let (addr, client) = (server.addr, server.client());
+    // Handshake and header bound 1 s, request bound 2 s, plus scheduling slack.
+    let bound = Duration::from_secs(5);
+    let baseline = server.fds();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let normal = tokio::spawn(normal_client(
+        addr,
+        client.clone(),
+        Duration::from_millis(50),
+        stop.clone(),
+    ));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        tasks.spawn(silent_tcp(addr, bound));
+        tasks.spawn(tls_no_request(addr, client.clone(), bound));
+    }
+    for _ in 0..5 {
+        tasks.spawn(partial_hello(addr, bound));
+        tasks.spawn(partial_headers(addr, client.clone(), bound));
+        tasks.spawn(idle_after_request(addr, client.clone(), bound));
+    }
+    for _ in 0..2 {
+        tasks.spawn(trickled_headers(addr, client.clone(), bound));
+        tasks.spawn(trickled_body(addr, client.clone(), bound));
+    }
+    let mut outcomes = vec![];
+    while let Some(o) = tasks.join_next().await {
+        outcomes.push(o.unwrap());
+    }
+    stop.store(true, Ordering::SeqCst);
+    let (mut latencies, errors) = normal.await.unwrap();
+    assert_all_closed(&outcomes, bound);
+    assert_normal_client("slow clients", &mut latencies, &errors);
+
+    let after = fds_settle(&server, baseline, 2, Duration::from_secs(3)).await;
+    eprintln!("descriptors: {baseline} before, {after} after");
+    assert!(
+        after <= baseline + 2,
+        "descriptors grew from {baseline} to {after}"
+    );
+}
+
+/// SIGTERM while a client drives about 200 reviews a second over keep-alive connections (and some on fresh
+/// connections): readiness fails at once; during the drain delay every request, on open and on new connections,
+/// is answered correctly; requests still in flight when draining starts are finished; the process exits 0;
+/// the client sees no error at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_under_load_answers_every_request() {
+    let _serial = serial().await;
+    let drain_delay = Duration::from_secs(2);
+    let mut server = ServerProcess::start(
+        "drain",
+        &[
+            "--drain-delay",
+            "2s",
+            "--shutdown-grace",
+            "10s",
+            "--request-timeout",
+            "8s",
+        ],
+    )
+    .await;
+    let (addr, client) = (server.addr, server.client());
+
+    // Load: 4 keep-alive connections at 50 requests a second each, and a fresh connection 10 times a second.
+    // Each stops sending at `stop_at`: by then a real cluster has taken the Pod out of the Service's endpoints
+    // (that is what the drain delay is for).
+    let answered = Arc::new(AtomicUsize::new(0));
+    let stop_at: Arc<std::sync::Mutex<Option<Instant>>> = Default::default();
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..5 {
+        let (client, answered, stop_at) = (client.clone(), answered.clone(), stop_at.clone());
+        workers.spawn(async move {
+            let fresh = w == 4;
+            let mut errors = vec![];
+            let mut sent = 0usize;
+            let mut keep = if fresh {
+                None
+            } else {
+                Some(connect(addr, &client).await.unwrap())
+            };
+            let mut tick =
+                tokio::time::interval(Duration::from_millis(if fresh { 100 } else { 20 }));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            for n in 0.. {
+                tick.tick().await;
+                if stop_at.lock().unwrap().is_some_and(|t| Instant::now() >= t) {
+                    break;
+                }
+                let uid = format!("w{w}-{n}");
+                let body = review_body(&uid, "sidecar");
+                let result = match keep.as_mut() {
+                    Some(k) => send(k, "POST", "/mutate", Some("application/json"), body).await,
+                    None => {
+                        call(
+                            addr,
+                            &client,
+                            "POST",
+                            "/mutate",
+                            Some("application/json"),
+                            body,
+                        )
+                        .await
+                    }
+                };
+                sent += 1;
+                match check_answer(result, &uid, "injected_sidecar") {
+                    Ok(()) => {
+                        answered.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+            (sent, errors)
+        });
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // Two requests that will be in flight when draining starts: headers and half a body now, the rest after
+    // the drain delay has passed.
+    let body = review_body("in-flight", "sidecar");
+    let mut slow = vec![];
+    for _ in 0..2 {
+        let mut tls = tls_connect(addr, &client).await.unwrap();
+        let head = format!(
+            "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        tls.write_all(head.as_bytes()).await.unwrap();
+        tls.write_all(&body[..body.len() / 2]).await.unwrap();
+        tls.flush().await.unwrap();
+        slow.push(tls);
+    }
+
+    let sigterm = Instant::now();
+    server.signal("TERM");
+    *stop_at.lock().unwrap() = Some(sigterm + drain_delay - Duration::from_millis(300));
+
+    // Readiness fails at once.
+    let mut not_ready_after = None;
+    while sigterm.elapsed() < Duration::from_secs(1) {
+        let (s, _) = call(addr, &client, "GET", "/readyz", None, vec![])
+            .await
+            .unwrap();
+        if s == StatusCode::SERVICE_UNAVAILABLE {
+            not_ready_after = Some(sigterm.elapsed());
+            break;
+        }
+    }
+    let not_ready_after = not_ready_after.expect("readiness still passing 1 s after SIGTERM");
+    eprintln!("readiness failed {not_ready_after:?} after SIGTERM");
+    assert!(not_ready_after < Duration::from_millis(500));
+
+    // Finish the in-flight requests once draining has begun.
+    tokio::time::sleep(
+        (sigterm + drain_delay + Duration::from_millis(500))
+            .saturating_duration_since(Instant::now()),
+    )
+    .await;
+    let mut slow_answers = vec![];
+    for mut tls in slow {
+        tls.write_all(&body[body.len() / 2..]).await.unwrap();
+        tls.flush().await.unwrap();
+        let (_, answer) = closed_within(&mut tls, Duration::from_secs(5))
+            .await
+            .expect("in-flight request: connection not closed after its answer");
+        slow_answers.push(String::from_utf8_lossy(&answer).to_string());
+    }
+
+    let mut sent = 0;
+    let mut errors = vec![];
+    while let Some(r) = workers.join_next().await {
+        let (s, e) = r.unwrap();
+        sent += s;
+        errors.extend(e);
+    }
+    let status = server
+        .wait_exit(Duration::from_secs(12))
+        .await
+        .expect("server did not exit");
+    let answered = answered.load(Ordering::SeqCst);
+    let seconds = (sigterm + drain_delay - Duration::from_millis(300))
+        .duration_since(sigterm - Duration::from_secs(1));
+    eprintln!(
+        "drain: {sent} requests in {seconds:?} ({:.0}/s), {answered} answered correctly, {} errors; exit {status}",
+        sent as f64 / seconds.as_secs_f64(),
+        errors.len()
+    );
+    assert!(
+        errors.is_empty(),
+        "client errors during the drain: {errors:?}"
+    );
+    assert_eq!(answered, sent);
+    // The client paces itself at 200/s; an unoptimised build on a busy machine may fall somewhat behind.
+    let floor = if cfg!(debug_assertions) { 0.5 } else { 0.75 };
+    assert!(
+        sent as f64 >= floor * 200.0 * seconds.as_secs_f64(),
+        "load too low: {sent} requests"
+    );
+    for a in &slow_answers {
+        assert!(a.starts_with("HTTP/1.1 200"), "in-flight request: {a}");
+        assert!(
+            a.contains("\"uid\":\"in-flight\"") && a.contains("injected_sidecar"),
+            "in-flight request: {a}"
+        );
+    }
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "still accepting after exit"
+    );
+}
+
+/// 1,000 idle connections of three kinds (silent TCP, TLS without a request, keep-alive idle after a request),
+/// open at the same time: all closed by the handshake and header timeouts (default 5 s) while a normal client
+/// keeps being answered in time; the descriptors come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: run by scripts/hostile.sh"]
+async fn thousand_idle_connections_are_closed_by_timeouts() {
+    let _serial = serial().await;
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    eprintln!(
+        "{}",
+        limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap_or("")
+    );
+    // The default handshake and first-request timeout (5 s), and an idle timeout of 5 s where `serve` has one:
+    // all 1,000 are open at once before the first is closed.
+    let server = ServerProcess::start("idle", &with_idle_timeout(&[], "5s")).await;
+    let (addr, client) = (server.addr, server.client());
+    let bound = Duration::from_secs(9);
+    let baseline = server.fds();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let normal = tokio::spawn(normal_client(
+        addr,
+        client.clone(),
+        Duration::from_millis(50),
+        stop.clone(),
+    ));
+    let mut tasks = tokio::task::JoinSet::new();
+    let peak = Arc::new(AtomicUsize::new(0));
+    for i in 0..1000 {
+        match i % 10 {
+            0..=3 => tasks.spawn(silent_tcp(addr, bound)),
+            4..=6 => tasks.spawn(tls_no_request(addr, client.clone(), bound)),
+            _ => tasks.spawn(idle_after_request(addr, client.clone(), bound)),
+        };
+        if i % 50 == 49 {
+            // 50 new connections every 125 ms: all 1,000 are open within about 2.5 s.
+            tokio::time::sleep(Duration::from_millis(125)).await;
+            peak.fetch_max(server.fds(), Ordering::SeqCst);
+        }
+    }
+    let mut outcomes = vec![];
+    while let Some(o) = tasks.join_next().await {
+        outcomes.push(o.unwrap());
+    }
+    stop.store(true, Ordering::SeqCst);
+    let (mut latencies, errors) = normal.await.unwrap();
+    assert_eq!(outcomes.len(), 1000);
+    assert_all_closed(&outcomes, bound);
+    assert_normal_client("1,000 idle connections", &mut latencies, &errors);
+    let after = fds_settle(&server, baseline, 2, Duration::from_secs(5)).await;
+    eprintln!(
+        "descriptors: {baseline} before, peak {} while open, {after} after",
+        peak.load(Ordering::SeqCst)
+    );
+    assert!(
+        peak.load(Ordering::SeqCst) > baseline + 500,
+        "the connections were not open at once"
+    );
+    assert!(
+        after <= baseline + 2,
+        "descriptors grew from {baseline} to {after}"
+    );
+}
+
+/// 30 s of reviews, each on a new connection closed after it (no keep-alive): descriptors come back to the
+/// baseline and resident memory does not grow after the warm-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: run by scripts/hostile.sh"]
+async fn no_descriptor_or_memory_growth_over_30s_without_keep_alive() {
+    let _serial = serial().await;
+    let server = ServerProcess::start("growth", &[]).await;
+    let (addr, client) = (server.addr, server.client());
+    let baseline = server.fds();
+    let started = Instant::now();
+    let run = Duration::from_secs(30);
+    let warm = Duration::from_secs(5);
+    let samples: Arc<std::sync::Mutex<Vec<(Duration, usize, u64)>>> = Default::default();
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..4 {
+        let client = client.clone();
+        workers.spawn(async move {
+            let (mut n, mut errors) = (0usize, vec![]);
+            while started.elapsed() < run {
+                let uid = format!("g{w}-{n}");
+                let r = call(
+                    addr,
+                    &client,
+                    "POST",
+                    "/mutate",
+                    Some("application/json"),
+                    review_body(&uid, "daemonset"),
+                )
+                .await;
+                if let Err(e) = check_answer(r, &uid, "injected_daemonset") {
+                    errors.push(e);
+                }
+                n += 1;
+            }
+            (n, errors)
+        });
+    }
+    {
+        let samples = samples.clone();
+        let pid = server.pid();
+        let probe = ServerProbe(pid);
+        tokio::spawn(async move {
+            while started.elapsed() < run {
+                samples
+                    .lock()
+                    .unwrap()
+                    .push((started.elapsed(), probe.fds(), probe.rss_kib()));
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+    }
+    let (mut total, mut errors) = (0, vec![]);
+    while let Some(r) = workers.join_next().await {
+        let (n, e) = r.unwrap();
+        total += n;
+        errors.extend(e);
+    }
+    let after = fds_settle(&server, baseline, 2, Duration::from_secs(5)).await;
+    let rss_end = server.rss_kib();
+    let samples = samples.lock().unwrap().clone();
+    let rss_warm = samples
+        .iter()
+        .find(|s| s.0 >= warm)
+        .map(|s| s.2)
+        .expect("a sample after the warm-up");
+    let fd_peak = samples.iter().map(|s| s.1).max().unwrap_or(0);
+    let rss_peak = samples.iter().map(|s| s.2).max().unwrap_or(0);
+    eprintln!(
+        "{total} connections in {run:?} ({:.0}/s), {} errors; descriptors {baseline} before, peak {fd_peak}, {after} after; \
+         RSS {rss_warm} KiB after {warm:?}, peak {rss_peak} KiB, {rss_end} KiB at the end",
+        total as f64 / run.as_secs_f64(),
+        errors.len()
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(total > 300, "only {total} connections");
+    assert!(
+        after <= baseline + 2,
+        "descriptors grew from {baseline} to {after}"
+    );
+    assert!(
+        fd_peak <= baseline + 16,
+        "descriptors peaked at {fd_peak} for 4 clients"
+    );
+    assert!(
+        rss_end <= rss_warm + 8 * 1024,
+        "resident memory grew from {rss_warm} KiB to {rss_end} KiB after the warm-up"
+    );
+}
+
+/// /proc readings for a pid, usable from a spawned task.
+struct ServerProbe(u32);
+impl ServerProbe {
+    fn fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.0))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+    fn rss_kib(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.0))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// A client that, like Go's `http.Transport` in the apiserver, keeps a connection in a pool for reuse and opens a
+/// new one when the server has closed the pooled one. After 120 s idle the review is answered correctly and the
+/// client sees no error. (Whether the same connection was still open is printed; see the known bug below.)
+#[tokio::test]
+#[ignore = "long: run by scripts/hostile.sh"]
+async fn idle_connection_reused_after_120s() {
+    let _serial = serial().await;
+    let server = ServerProcess::start("reuse", &[]).await;
+    let (addr, client) = (server.addr, server.client());
+    let mut pooled = connect(addr, &client).await.unwrap();
+    check_answer(
+        send(
+            &mut pooled,
+            "POST",
+            "/mutate",
+            Some("application/json"),
+            review_body("before", "daemonset"),
+        )
+        .await,
+        "before",
+        "injected_daemonset",
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let reused = !pooled.is_closed();
+    if !reused {
+        pooled = connect(addr, &client).await.unwrap();
+    }
+    eprintln!(
+        "after 120 s idle the pooled connection was {}",
+        if reused {
+            "still open and reused"
+        } else {
+            "closed by the server (cleanly); a new one was opened"
+        }
+    );
+    check_answer(
+        send(
+            &mut pooled,
+            "POST",
+            "/mutate",
+            Some("application/json"),
+            review_body("after", "daemonset"),
+        )
+        .await,
+        "after",
+        "injected_daemonset",
+    )
+    .unwrap();
+}
+
+/// The strict form: the apiserver's webhook client keeps idle connections for 90 s (Go's `IdleConnTimeout` in
+/// client-go's transport defaults) and does not retry a POST that fails on a connection the server closed at
+/// that moment. The server should keep an idle keep-alive connection longer than that.
+#[tokio::test]
+#[ignore = "long: run by scripts/hostile.sh"]
+async fn idle_keep_alive_connection_outlives_the_apiservers_idle_timeout() {
+    let _serial = serial().await;
+    let server = ServerProcess::start("keepalive", &[]).await;
+    let (addr, client) = (server.addr, server.client());
+    let mut conn = connect(addr, &client).await.unwrap();
+    check_answer(
+        send(
+            &mut conn,
+            "POST",
+            "/mutate",
+            Some("application/json"),
+            review_body("before", "daemonset"),
+        )
+        .await,
+        "before",
+        "injected_daemonset",
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert!(
+        !conn.is_closed(),
+        "the server closed the idle keep-alive connection"
+    );
+    check_answer(
+        send(
+            &mut conn,
+            "POST",
+            "/mutate",
+            Some("application/json"),
+            review_body("after", "daemonset"),
+        )
+        .await,
+        "after",
+        "injected_daemonset",
+    )
+    .unwrap();
+}
+
+/// `--max-in-flight` clients that send their headers and then trickle the body hold every admission permit
+/// until the request timeout: meanwhile the apiserver gets 503 for every review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: run by scripts/hostile.sh"]
+async fn slow_bodies_do_not_exhaust_the_review_permits() {
+    let _serial = serial().await;
+    let server = ServerProcess::start(
+        "permits",
+        &["--max-in-flight", "8", "--request-timeout", "10s"],
+    )
+    .await;
+    let (addr, client) = (server.addr, server.client());
+    let mut holders = vec![];
+    for _ in 0..8 {
+        let mut tls = tls_connect(addr, &client).await.unwrap();
+        tls.write_all(
+            b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+        tls.flush().await.unwrap();
+        holders.push(tls);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = call(
+        addr,
+        &client,
+        "POST",
+        "/mutate",
+        Some("application/json"),
+        review_body("victim", "daemonset"),
+    )
+    .await;
+    check_answer(r, "victim", "injected_daemonset")
+        .expect("a normal review while slow bodies are pending");
+    drop(holders);
+}

@@ -1,0 +1,187 @@
+//! The security-relevant settings of the install manifests, pinned so that a change to them is a deliberate one
+//! (SECURITY.md): least-privilege RBAC, the two failure policies and what each webhook may see, and the
+//! webhook's own hardened Pod.
+
+use std::fs;
+use std::path::Path;
+
+use pdp_injector::offline::parse_stream;
+use serde_json::{Value, json};
+
+fn docs(path: &str) -> Vec<Value> {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    parse_stream(&fs::read_to_string(&full).unwrap()).unwrap()
+}
+
+/// apiGroups, resources, resourceNames, verbs.
+type Rule = (Vec<String>, Vec<String>, Vec<String>, Vec<String>);
+
+fn rules(doc: &Value) -> Vec<Rule> {
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    doc["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            (
+                strings(&r["apiGroups"]),
+                strings(&r["resources"]),
+                strings(&r["resourceNames"]),
+                strings(&r["verbs"]),
+            )
+        })
+        .collect()
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn rbac_is_least_privilege() {
+    // Always: read namespaces (labels), nothing else, cluster-wide.
+    let base = docs("manifests/base/rbac.yaml");
+    let role = base.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    assert_eq!(
+        rules(role),
+        vec![(
+            s(&[""]),
+            s(&["namespaces"]),
+            vec![],
+            s(&["get", "list", "watch"])
+        )]
+    );
+    // Self-managed certificates: one named webhook configuration; Secrets only in pdp-system, and only the one
+    // Secret beyond `create` (which cannot be limited by name).
+    let selfm = docs("manifests/base/rbac-self-managed-certs.yaml");
+    let cluster = selfm.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    assert_eq!(
+        rules(cluster),
+        vec![(
+            s(&["admissionregistration.k8s.io"]),
+            s(&["mutatingwebhookconfigurations"]),
+            s(&["pdp-injector"]),
+            s(&["get", "patch", "update"])
+        )]
+    );
+    let ns_role = selfm.iter().find(|d| d["kind"] == "Role").unwrap();
+    assert_eq!(ns_role["metadata"]["namespace"], "pdp-system");
+    assert_eq!(
+        rules(ns_role),
+        vec![
+            (s(&[""]), s(&["secrets"]), vec![], s(&["create"])),
+            (
+                s(&[""]),
+                s(&["secrets"]),
+                s(&["pdp-injector-tls"]),
+                s(&["get", "update", "patch"])
+            ),
+        ]
+    );
+    // No wildcard anywhere, and every binding is to the webhook's own ServiceAccount.
+    for doc in base.iter().chain(&selfm) {
+        let text = doc.to_string();
+        assert!(!text.contains("\"*\""), "wildcard in {text}");
+        if doc["kind"].as_str().unwrap().ends_with("Binding") {
+            assert_eq!(
+                doc["subjects"],
+                json!([{"kind": "ServiceAccount", "name": "pdp-injector", "namespace": "pdp-system"}])
+            );
+        }
+    }
+}
+
+#[test]
+fn webhook_registration_fails_closed_only_where_asked() {
+    let doc = docs("manifests/base/mutatingwebhookconfiguration.yaml").remove(0);
+    let hooks = doc["webhooks"].as_array().unwrap();
+    assert_eq!(hooks.len(), 2);
+    for h in hooks {
+        let name = h["name"].as_str().unwrap();
+        assert_eq!(h["admissionReviewVersions"], json!(["v1"]), "{name}");
+        assert_eq!(h["sideEffects"], "None", "{name}");
+        assert_eq!(h["reinvocationPolicy"], "IfNeeded", "{name}");
+        let timeout = h["timeoutSeconds"].as_i64().unwrap();
+        assert!(
+            (1..=10).contains(&timeout),
+            "{name}: timeoutSeconds {timeout}"
+        );
+        assert_eq!(h["clientConfig"]["service"]["path"], "/mutate", "{name}");
+        assert_eq!(
+            h["rules"],
+            json!([{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                       "resources": ["pods"], "scope": "Namespaced"}]),
+            "{name}"
+        );
+        // The webhook never gates its own namespace or the control plane's.
+        let excluded = h["namespaceSelector"]["matchExpressions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["key"] == "kubernetes.io/metadata.name")
+            .unwrap_or_else(|| panic!("{name}: no namespace exclusion"));
+        assert_eq!(excluded["operator"], "NotIn");
+        for ns in [
+            "pdp-system",
+            "kube-system",
+            "kube-public",
+            "kube-node-lease",
+        ] {
+            assert!(
+                excluded["values"].as_array().unwrap().contains(&json!(ns)),
+                "{name}: {ns}"
+            );
+        }
+    }
+    // Fail only for namespaces that asked for a PDP; Ignore for annotation-only opt-in elsewhere.
+    let by_policy = |p: &str| hooks.iter().find(|h| h["failurePolicy"] == p).unwrap();
+    let opted = by_policy("Fail")["namespaceSelector"]["matchExpressions"][0].clone();
+    assert_eq!(
+        opted,
+        json!({"key": "pdp-injector.io/injection", "operator": "In",
+                             "values": ["enabled", "sidecar", "daemonset"]})
+    );
+    let rest = by_policy("Ignore")["namespaceSelector"]["matchExpressions"][0].clone();
+    assert_eq!(
+        rest,
+        json!({"key": "pdp-injector.io/injection", "operator": "NotIn",
+                           "values": ["enabled", "sidecar", "daemonset"]})
+    );
+}
+
+#[test]
+fn the_webhook_pod_is_restricted() {
+    let doc = docs("manifests/base/deployment.yaml").remove(0);
+    let pod = &doc["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    assert!(pod.get("hostNetwork").is_none() && pod.get("hostPID").is_none());
+    for c in pod["containers"].as_array().unwrap() {
+        let sc = &c["securityContext"];
+        assert_eq!(sc["allowPrivilegeEscalation"], false);
+        assert_eq!(sc["readOnlyRootFilesystem"], true);
+        assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+        assert!(sc.get("privileged").is_none_or(|p| p == false));
+        assert!(
+            c["resources"]["limits"]["memory"].is_string(),
+            "memory limit"
+        );
+    }
+    for v in pod["volumes"].as_array().unwrap() {
+        assert!(v.get("hostPath").is_none(), "{v}");
+    }
+    let ns = docs("manifests/base/namespace.yaml").remove(0);
+    assert_eq!(
+        ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+}
