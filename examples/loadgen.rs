@@ -1,0 +1,625 @@
+//! A small HTTPS load generator for `scripts/bench.sh`: N keep-alive HTTP/1.1 connections over rustls, each
+//! POSTing AdmissionReview bodies drawn from a weighted list, either closed-loop (send, wait, send) or open-loop
+//! at a fixed total rate. Prints one JSON object.
+//!
+//! Open loop avoids coordinated omission: connection k of C sends its i-th request at t0 + (i*C + k)/rate, and
+//! when that request could not leave on time because the connection was still waiting for the server, its latency
+//! is counted from the scheduled time. (When the connection was free, it counts from the actual send, so the
+//! 1 ms granularity of tokio's timer is not charged to the server.)
+//!
+//! Only requests that complete inside the measurement window (after `--warmup`, which also covers the TLS
+//! handshakes) are counted. With `--pid`, the server's CPU time (utime+stime from /proc/PID/stat) is read at the
+//! window's edges and divided by the requests completed in it, and its peak RSS (VmHWM) is read at the end.
+//!
+//! ```text
+//! loadgen --url https://127.0.0.1:18443/mutate --ca ca.crt --body inject.json@60 --body opted_out.json@20 \
+//!         --connections 8 --warmup 1 --duration 5 [--rate 1000] [--pid PID] [--label mix/c8]
+//! ```
+//! Runs on a single-threaded tokio runtime (it is pinned to one core by the script).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+struct Args {
+    addr: SocketAddr,
+    path: String,
+    ca: PathBuf,
+    server_name: Option<String>,
+    bodies: Vec<(PathBuf, usize)>,
+    connections: usize,
+    duration: f64,
+    warmup: f64,
+    rate: Option<f64>,
+    pid: Option<u32>,
+    clk_tck: f64,
+    label: String,
+    wait: f64,
+    request_timeout: f64,
+}
+
+const USAGE: &str = "usage: loadgen --url https://HOST:PORT/PATH --ca FILE --body FILE[@WEIGHT]... \
+[--connections N] [--duration S] [--warmup S] [--rate REQ_PER_S] [--pid SERVER_PID] [--clk-tck N] \
+[--label TEXT] [--server-name NAME] [--wait S] [--request-timeout S]";
+
+fn parse_args() -> Result<Args, String> {
+    let mut url = None;
+    let mut a = Args {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        path: String::new(),
+        ca: PathBuf::new(),
+        server_name: None,
+        bodies: vec![],
+        connections: 1,
+        duration: 5.0,
+        warmup: 1.0,
+        rate: None,
+        pid: None,
+        clk_tck: 100.0,
+        label: String::new(),
+        wait: 10.0,
+        request_timeout: 30.0,
+    };
+    let mut ca = None;
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        let num = |v: String, f: &str| v.parse::<f64>().map_err(|e| format!("{f}: {e}"));
+        match flag.as_str() {
+            "--url" => url = Some(value()?),
+            "--ca" => ca = Some(PathBuf::from(value()?)),
+            "--server-name" => a.server_name = Some(value()?),
+            "--body" => {
+                let v = value()?;
+                let (file, weight) = match v.rsplit_once('@') {
+                    Some((f, w)) => (
+                        f.to_string(),
+                        w.parse().map_err(|e| format!("--body {v}: {e}"))?,
+                    ),
+                    None => (v, 1),
+                };
+                a.bodies.push((PathBuf::from(file), weight));
+            }
+            "--connections" | "-c" => {
+                a.connections = value()?.parse().map_err(|e| format!("{flag}: {e}"))?
+            }
+            "--duration" => a.duration = num(value()?, &flag)?,
+            "--warmup" => a.warmup = num(value()?, &flag)?,
+            "--rate" => a.rate = Some(num(value()?, &flag)?).filter(|r| *r > 0.0),
+            "--pid" => a.pid = Some(value()?.parse().map_err(|e| format!("--pid: {e}"))?),
+            "--clk-tck" => a.clk_tck = num(value()?, &flag)?,
+            "--label" => a.label = value()?,
+            "--wait" => a.wait = num(value()?, &flag)?,
+            "--request-timeout" => a.request_timeout = num(value()?, &flag)?,
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    let url = url.ok_or("--url is required")?;
+    let rest = url
+        .strip_prefix("https://")
+        .ok_or("--url must start with https://")?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    a.addr = authority
+        .parse()
+        .map_err(|e| format!("--url: {authority:?} is not IP:PORT: {e}"))?;
+    a.path = path.to_string();
+    a.ca = ca.ok_or("--ca is required")?;
+    if a.bodies.is_empty() {
+        return Err("at least one --body is required".into());
+    }
+    if a.connections == 0
+        || a.duration.is_nan()
+        || a.duration <= 0.0
+        || a.warmup.is_nan()
+        || a.warmup < 0.0
+    {
+        return Err("--connections and --duration must be positive".into());
+    }
+    Ok(a)
+}
+
+/// Measurement window, published to every connection once all of them are connected.
+#[derive(Clone, Copy)]
+struct Window {
+    /// Open-loop schedule origin (= the moment all connections are up).
+    t0: Instant,
+    /// Counting starts here.
+    measure: Instant,
+    /// Sending stops here.
+    end: Instant,
+}
+
+struct Shared {
+    addr: SocketAddr,
+    path: String,
+    authority: String,
+    server_name: ServerName<'static>,
+    tls: Arc<rustls::ClientConfig>,
+    bodies: Vec<Bytes>,
+    /// Body index per slot, shuffled: request n uses slot n mod len.
+    slots: Vec<usize>,
+    next: AtomicUsize,
+    connections: usize,
+    rate: Option<f64>,
+    request_timeout: Duration,
+}
+
+#[derive(Default)]
+struct ConnStats {
+    /// (status, latency in microseconds) of requests completed inside the window; status 0 for a request that
+    /// failed (connection closed or reset before the answer).
+    samples: Vec<(u16, u32)>,
+    errors: u64,
+    error_sample: Option<String>,
+    connects: u64,
+    /// Open loop: requests that left late because the connection was still busy.
+    late: u64,
+}
+
+type Sender = SendRequest<Full<Bytes>>;
+
+async fn connect(s: &Shared) -> Result<Sender, String> {
+    let tcp = TcpStream::connect(s.addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+    let tls = tokio_rustls::TlsConnector::from(s.tls.clone())
+        .connect(s.server_name.clone(), tcp)
+        .await
+        .map_err(|e| format!("tls: {e}"))?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|e| format!("http: {e}"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+fn note_error(stats: &mut ConnStats, e: String) {
+    stats.errors += 1;
+    if stats.error_sample.is_none() {
+        stats.error_sample = Some(e);
+    }
+}
+
+/// One connection: connect (retrying until the window is published and `give_up`), report ready, then send
+/// until the window ends; reconnects whenever the server closes the connection.
+async fn run_connection(
+    s: Arc<Shared>,
+    k: usize,
+    ready: tokio::sync::mpsc::UnboundedSender<()>,
+    mut window_rx: watch::Receiver<Option<Window>>,
+    give_up: Instant,
+) -> ConnStats {
+    let mut stats = ConnStats::default();
+    // First connection: retried while the server starts.
+    let mut sender = loop {
+        match connect(&s).await {
+            Ok(sender) => break Some(sender),
+            Err(e) => {
+                if Instant::now() >= give_up {
+                    note_error(&mut stats, e);
+                    break None;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    if sender.is_some() {
+        stats.connects += 1;
+    }
+    let _ = ready.send(());
+    drop(ready);
+    let window = match window_rx.wait_for(Option::is_some).await {
+        Ok(w) => w.expect("published"),
+        Err(_) => return stats,
+    };
+    let mut seq: u64 = 0;
+    let mut last_done = window.t0;
+    loop {
+        let now = Instant::now();
+        if now >= window.end {
+            break;
+        }
+        // When the request should leave, and from when its latency counts.
+        let scheduled = match s.rate {
+            Some(rate) => {
+                let at = window.t0
+                    + Duration::from_secs_f64(
+                        (seq as f64 * s.connections as f64 + k as f64) / rate,
+                    );
+                seq += 1;
+                if at >= window.end {
+                    break;
+                }
+                if at > now {
+                    tokio::time::sleep_until(at.into()).await;
+                }
+                Some(at)
+            }
+            None => None,
+        };
+        let mut conn = match sender.take() {
+            Some(c) if !c.is_closed() => c,
+            _ => match connect(&s).await {
+                Ok(c) => {
+                    stats.connects += 1;
+                    c
+                }
+                Err(e) => {
+                    note_error(&mut stats, e);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        let n = s.next.fetch_add(1, Ordering::Relaxed);
+        let body = s.bodies[s.slots[n % s.slots.len()]].clone();
+        let request = hyper::Request::post(s.path.as_str())
+            .header(hyper::header::HOST, s.authority.as_str())
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))
+            .expect("request builds");
+        let sent = Instant::now();
+        // Late because the connection was busy past the scheduled time: count from the schedule.
+        let start = match scheduled {
+            Some(at) if last_done > at => {
+                stats.late += 1;
+                at
+            }
+            _ => sent,
+        };
+        let exchange = async {
+            conn.ready().await.map_err(|e| format!("ready: {e}"))?;
+            let response = conn
+                .send_request(request)
+                .await
+                .map_err(|e| format!("send: {e}"))?;
+            let status = response.status().as_u16();
+            let close = response
+                .headers()
+                .get(hyper::header::CONNECTION)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+            response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| format!("body: {e}"))?;
+            Ok::<_, String>((status, close))
+        };
+        match tokio::time::timeout(s.request_timeout, exchange).await {
+            Ok(Ok((status, close))) => {
+                let done = Instant::now();
+                last_done = done;
+                if done >= window.measure && done < window.end {
+                    let micros = done.duration_since(start).as_micros().min(u32::MAX as u128);
+                    stats.samples.push((status, micros as u32));
+                }
+                if !close {
+                    sender = Some(conn);
+                }
+            }
+            Ok(Err(e)) => {
+                // Typically the server closing the connection mid-request (an early answer to a request whose
+                // body it did not read): recorded as status 0 with the time it took.
+                let done = Instant::now();
+                last_done = done;
+                if done >= window.measure && done < window.end {
+                    let micros = done.duration_since(start).as_micros().min(u32::MAX as u128);
+                    stats.samples.push((0, micros as u32));
+                    note_error(&mut stats, e);
+                }
+            }
+            Err(_) => {
+                last_done = Instant::now();
+                note_error(
+                    &mut stats,
+                    format!("no answer within {:?}", s.request_timeout),
+                );
+            }
+        }
+    }
+    stats
+}
+
+/// Busy time of the whole machine (all CPUs: user, nice, system, irq, softirq, steal), in clock ticks.
+fn machine_busy_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    Some([0, 1, 2, 5, 6, 7].iter().filter_map(|&i| v.get(i)).sum())
+}
+
+/// utime+stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces: state is field 3.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(14 - 3)?.parse().ok()?;
+    let stime: u64 = fields.get(15 - 3)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn status_kib(pid: &str, key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+fn percentile(sorted: &[u32], q: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn summary(mut lat: Vec<u32>) -> Value {
+    lat.sort_unstable();
+    let mean = if lat.is_empty() {
+        0.0
+    } else {
+        lat.iter().map(|&v| v as f64).sum::<f64>() / lat.len() as f64
+    };
+    json!({
+        "count": lat.len(),
+        "p50": percentile(&lat, 0.50),
+        "p90": percentile(&lat, 0.90),
+        "p99": percentile(&lat, 0.99),
+        "p999": percentile(&lat, 0.999),
+        "max": lat.last().copied().unwrap_or(0),
+        "mean": (mean * 10.0).round() / 10.0,
+    })
+}
+
+fn tls_config(ca: &PathBuf) -> Result<Arc<rustls::ClientConfig>, String> {
+    let pem = std::fs::read(ca).map_err(|e| format!("cannot read {}: {e}", ca.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(pdp_injector::tls::provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Slot table for the weights, shuffled with a fixed seed so that every run sends the same sequence.
+fn slots(weights: &[usize]) -> Vec<usize> {
+    let mut slots: Vec<usize> = weights
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &w)| std::iter::repeat_n(i, w))
+        .collect();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for i in (1..slots.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        slots.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    slots
+}
+
+async fn run(a: Args) -> Result<Value, String> {
+    let mut bodies = vec![];
+    let mut weights = vec![];
+    for (file, weight) in &a.bodies {
+        let bytes =
+            std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        bodies.push(Bytes::from(bytes));
+        weights.push(*weight);
+    }
+    let server_name = match &a.server_name {
+        Some(n) => ServerName::try_from(n.clone()).map_err(|e| e.to_string())?,
+        None => ServerName::IpAddress(a.addr.ip().into()),
+    };
+    let shared = Arc::new(Shared {
+        addr: a.addr,
+        path: a.path.clone(),
+        authority: a.addr.to_string(),
+        server_name,
+        tls: tls_config(&a.ca)?,
+        bodies,
+        slots: slots(&weights),
+        next: AtomicUsize::new(0),
+        connections: a.connections,
+        rate: a.rate,
+        request_timeout: Duration::from_secs_f64(a.request_timeout),
+    });
+
+    let (window_tx, window_rx) = watch::channel(None);
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel();
+    let give_up = Instant::now() + Duration::from_secs_f64(a.wait);
+    let tasks: Vec<_> = (0..a.connections)
+        .map(|k| {
+            tokio::spawn(run_connection(
+                shared.clone(),
+                k,
+                ready_tx.clone(),
+                window_rx.clone(),
+                give_up,
+            ))
+        })
+        .collect();
+    drop(ready_tx);
+    let mut ready = 0;
+    while ready < a.connections && ready_rx.recv().await.is_some() {
+        ready += 1;
+    }
+    let t0 = Instant::now();
+    let window = Window {
+        t0,
+        measure: t0 + Duration::from_secs_f64(a.warmup),
+        end: t0 + Duration::from_secs_f64(a.warmup + a.duration),
+    };
+    let _ = window_tx.send(Some(window));
+
+    tokio::time::sleep_until(window.measure.into()).await;
+    let cpu_before = a.pid.and_then(cpu_ticks);
+    let self_before = cpu_ticks(std::process::id());
+    let machine_before = machine_busy_ticks();
+    let measured_from = Instant::now();
+    tokio::time::sleep_until(window.end.into()).await;
+    let cpu_after = a.pid.and_then(cpu_ticks);
+    let self_after = cpu_ticks(std::process::id());
+    let machine_after = machine_busy_ticks();
+    let window_s = measured_from.elapsed().as_secs_f64();
+
+    // Every connection stops sending at the window's end; bound the wait for its last answer.
+    let grace = shared.request_timeout + Duration::from_secs(5);
+    let mut all = ConnStats::default();
+    let mut error_samples = vec![];
+    for task in tasks {
+        let handle = task.abort_handle();
+        match tokio::time::timeout(grace, task).await {
+            Ok(Ok(stats)) => {
+                all.samples.extend(stats.samples);
+                all.errors += stats.errors;
+                all.connects += stats.connects;
+                all.late += stats.late;
+                error_samples.extend(stats.error_sample);
+            }
+            _ => {
+                handle.abort();
+                all.errors += 1;
+                error_samples.push("connection task did not finish".into());
+            }
+        }
+    }
+
+    let requests = all.samples.len();
+    let mut by_status: BTreeMap<u16, Vec<u32>> = BTreeMap::new();
+    for &(status, micros) in &all.samples {
+        by_status.entry(status).or_default().push(micros);
+    }
+    let status_counts: BTreeMap<String, usize> = by_status
+        .iter()
+        .map(|(s, v)| (s.to_string(), v.len()))
+        .collect();
+    let by_status_json: BTreeMap<String, Value> = by_status
+        .into_iter()
+        .map(|(s, v)| (s.to_string(), summary(v)))
+        .collect();
+    let latency = summary(all.samples.iter().map(|&(_, m)| m).collect());
+
+    let server = a.pid.map(|pid| {
+        let ticks = match (cpu_before, cpu_after) {
+            (Some(b), Some(e)) => Some(e.saturating_sub(b)),
+            _ => None,
+        };
+        let cpu_s = ticks.map(|t| t as f64 / a.clk_tck);
+        let pid = pid.to_string();
+        json!({
+            "pid": a.pid,
+            "cpu_s": cpu_s,
+            "cpu_share": cpu_s.map(|c| c / window_s),
+            "cpu_us_per_req": cpu_s.filter(|_| requests > 0).map(|c| c * 1e6 / requests as f64),
+            "vmhwm_kib": status_kib(&pid, "VmHWM:"),
+            "vmrss_kib": status_kib(&pid, "VmRSS:"),
+            "alive": std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        })
+    });
+    error_samples.sort();
+    error_samples.dedup();
+    error_samples.truncate(5);
+    let loadgen_cpu_share = match (self_before, self_after) {
+        (Some(b), Some(e)) => Some((e - b) as f64 / a.clk_tck / window_s),
+        _ => None,
+    };
+    // CPU used by anything but the server and this load generator during the window, in cores: other work on
+    // the machine (a compiler, a fuzzer) that makes the figures noisy.
+    let delta = |b: Option<u64>, e: Option<u64>| match (b, e) {
+        (Some(b), Some(e)) => Some(e.saturating_sub(b) as f64 / a.clk_tck),
+        _ => None,
+    };
+    let foreign_cpu = delta(machine_before, machine_after).map(|busy| {
+        let ours = delta(cpu_before, cpu_after).unwrap_or(0.0)
+            + delta(self_before, self_after).unwrap_or(0.0);
+        ((busy - ours) / window_s).max(0.0)
+    });
+    let cpu_us = server
+        .as_ref()
+        .and_then(|s| s["cpu_us_per_req"].as_f64())
+        .map_or("-".to_string(), |c| format!("{c:.1}"));
+    eprintln!(
+        "    {:<32} {:>7.0} req/s  p50 {:>6} us  p99 {:>6} us  p99.9 {:>6} us  server cpu {:>6} us/req  loadgen {:>3.0}%  others {:>3.0}%  {}",
+        a.label,
+        requests as f64 / window_s,
+        latency["p50"],
+        latency["p99"],
+        latency["p999"],
+        cpu_us,
+        loadgen_cpu_share.unwrap_or(0.0) * 100.0,
+        foreign_cpu.unwrap_or(0.0) * 100.0,
+        serde_json::to_string(&status_counts).unwrap_or_default(),
+    );
+    Ok(json!({
+        "label": a.label,
+        "connections": a.connections,
+        "rate": a.rate,
+        "bodies": a.bodies.iter().map(|(f, w)| json!({"file": f, "weight": w})).collect::<Vec<_>>(),
+        "window_s": (window_s * 1000.0).round() / 1000.0,
+        "requests": requests,
+        "rps": (requests as f64 / window_s).round(),
+        "latency_us": latency,
+        "status": status_counts,
+        "by_status": by_status_json,
+        "errors": all.errors,
+        "error_samples": error_samples,
+        "connects": all.connects,
+        "late_sends": all.late,
+        "server": server,
+        "loadgen_cpu_share": loadgen_cpu_share,
+        "foreign_cpu": foreign_cpu,
+    }))
+}
+
+fn main() {
+    let args = parse_args().unwrap_or_else(|e| {
+        eprintln!("loadgen: {e}\n{USAGE}");
+        std::process::exit(2);
+    });
+    pdp_injector::tls::install_default_provider();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(run(args)) {
+        Ok(result) => println!("{result}"),
+        Err(e) => {
+            eprintln!("loadgen: {e}");
+            std::process::exit(1);
+        }
+    }
+}
