@@ -55,8 +55,8 @@ pub enum OfflineError {
     },
 }
 
-/// Where the Pod template sits in each kind that has one.
-fn template_pointer(kind: &str) -> Option<&'static str> {
+/// Where the Pod template sits (a JSON pointer) in each kind that has one; `None` for kinds without.
+pub fn template_pointer(kind: &str) -> Option<&'static str> {
     match kind {
         "Pod" => Some(""),
         "Deployment"

@@ -10,6 +10,7 @@
 //!   has the same structure as for a plain value.
 //! - Offline output: hostile values never add or split YAML documents.
 
+use pdp_injector::offline::template_pointer;
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -32,22 +33,6 @@ fn config_of(dir: &Path) -> Config {
         Config::load(&path).unwrap()
     } else {
         Config::builtin()
-    }
-}
-
-/// Where the Pod template sits in each workload kind (as the offline reader knows them).
-fn template_pointer(kind: &str) -> Option<&'static str> {
-    match kind {
-        "Pod" => Some(""),
-        "Deployment"
-        | "StatefulSet"
-        | "DaemonSet"
-        | "ReplicaSet"
-        | "Job"
-        | "ReplicationController" => Some("/spec/template"),
-        "CronJob" => Some("/spec/jobTemplate/spec/template"),
-        "PodTemplate" => Some("/template"),
-        _ => None,
     }
 }
 
