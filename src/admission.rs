@@ -1,19 +1,26 @@
 //! `admission.k8s.io/v1` AdmissionReview in, AdmissionReview out: decoding, the core, encoding. No I/O, so the
 //! webhook handler, the benchmarks and the tests all run exactly this.
 //!
-//! The envelope is decoded with borrowed strings and the object as a raw slice; only a Pod CREATE pays for parsing
-//! the Pod, straight into typed `k8s-openapi` structs (a generic JSON tree costs several times more).
+//! One pass over the body: the envelope is decoded with borrowed strings and, for a Pod CREATE, the Pod straight
+//! into the typed sections that deciding and rendering read ([`LitePod`]); everything else in the object, and
+//! the whole object of any other request, is skipped without allocating. (A generic JSON tree costs several
+//! times more; the whole typed Pod about four times the scan.) The request's fields come in the apiserver's
+//! order (`kind` and `operation` before `object`); a body in another order, a Pod the fast path cannot answer
+//! exactly, and every malformed body go through [`review_reference`], which parses the Pod whole, so both
+//! paths give byte-identical answers (tests/properties.rs checks it).
 
 use std::collections::BTreeMap;
 
 use base64::Engine;
 use k8s_openapi::api::core::v1::Pod;
-use serde::{Deserialize, Serialize};
+use serde::de::{self, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
 use crate::config::Config;
 use crate::decision::{Decision, NamespaceInfo, PodHead, Reason, decide};
 use crate::inject::{Outcome, inject};
+use crate::lite::{LitePod, lite_patch_is_exact};
 
 /// The only AdmissionReview version pdp-injector speaks (the MutatingWebhookConfiguration asks for it alone).
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -43,13 +50,17 @@ pub enum ReviewError {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ReviewIn<'a> {
+struct ReviewIn<'a, R> {
     #[serde(borrow, default)]
     api_version: Option<&'a str>,
     #[serde(borrow, default)]
     kind: Option<&'a str>,
-    #[serde(borrow, default)]
-    request: Option<RequestIn<'a>>,
+    #[serde(default = "none")]
+    request: Option<R>,
+}
+
+fn none<T>() -> Option<T> {
+    None
 }
 
 #[derive(Debug, Deserialize)]
@@ -145,17 +156,146 @@ pub struct ReviewSummary {
     pub patch_ops: usize,
 }
 
-/// Answers one AdmissionReview body. `namespace` turns a namespace name into what the core needs to know of it.
-pub fn review(
-    body: &[u8],
-    config: &Config,
-    namespace: &dyn Fn(&str) -> NamespaceInfo,
-) -> Result<(Vec<u8>, ReviewSummary), ReviewError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(ReviewError::Empty);
+/// What the one-pass decoder did with `request.object`.
+#[derive(Debug, Default)]
+enum Object<'a> {
+    /// No `object` field.
+    #[default]
+    Absent,
+    /// Not needed: the request is known not to be a Pod CREATE.
+    Skipped,
+    /// A Pod CREATE: the sections deciding and rendering read.
+    Lite(Box<LitePod<'a>>),
+    /// The fields that say what the request is came after the object: kept as a slice.
+    Raw(&'a RawValue),
+}
+
+/// The request as the one-pass decoder reads it.
+#[derive(Debug, Default)]
+struct FastRequest<'a> {
+    uid: String,
+    kind: Option<Gvk<'a>>,
+    resource: Option<Gvr<'a>>,
+    sub_resource: Option<&'a str>,
+    name: Option<String>,
+    namespace: Option<String>,
+    operation: Option<String>,
+    dry_run: Option<bool>,
+    object: Object<'a>,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(field_identifier, rename_all = "camelCase")]
+enum Field {
+    Uid,
+    Kind,
+    Resource,
+    SubResource,
+    Name,
+    Namespace,
+    Operation,
+    DryRun,
+    Object,
+    #[serde(other)]
+    Other,
+}
+
+impl FastRequest<'_> {
+    /// Known from the fields read so far to be something other than a Pod CREATE.
+    fn surely_not_a_pod_create(&self) -> bool {
+        self.operation.as_deref().is_some_and(|op| op != "CREATE")
+            || self.kind.as_ref().is_some_and(|k| !k.is_pod())
+            || self.resource.as_ref().is_some_and(|r| r.resource != "pods")
+            || self.sub_resource.is_some_and(|s| !s.is_empty())
     }
-    let input: ReviewIn<'_> =
-        serde_json::from_slice(body).map_err(|e| ReviewError::Malformed(e.to_string()))?;
+
+    /// Known from the fields read so far to be a Pod CREATE (`resource` and `subResource` are checked again at
+    /// the end, whatever their position).
+    fn likely_a_pod_create(&self) -> bool {
+        self.operation.as_deref() == Some("CREATE") && self.kind.as_ref().is_some_and(Gvk::is_pod)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for FastRequest<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct RequestVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for RequestVisitor<'a> {
+            type Value = FastRequest<'a>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an AdmissionRequest object")
+            }
+
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+                let mut r = FastRequest::default();
+                let mut seen = [false; 9];
+                while let Some(field) = map.next_key::<Field>()? {
+                    if !matches!(field, Field::Other) {
+                        let i = field as usize;
+                        if std::mem::replace(&mut seen[i], true) {
+                            return Err(de::Error::custom("duplicate field in the request"));
+                        }
+                    }
+                    match field {
+                        Field::Uid => {
+                            r.uid = map.next_value::<Option<String>>()?.unwrap_or_default()
+                        }
+                        Field::Kind => r.kind = map.next_value()?,
+                        Field::Resource => r.resource = map.next_value()?,
+                        Field::SubResource => r.sub_resource = map.next_value()?,
+                        Field::Name => r.name = map.next_value()?,
+                        Field::Namespace => r.namespace = map.next_value()?,
+                        Field::Operation => r.operation = map.next_value()?,
+                        Field::DryRun => r.dry_run = map.next_value()?,
+                        Field::Object => {
+                            r.object = if r.surely_not_a_pod_create() {
+                                map.next_value::<IgnoredAny>()?;
+                                Object::Skipped
+                            } else if r.likely_a_pod_create() {
+                                Object::Lite(map.next_value()?)
+                            } else {
+                                Object::Raw(map.next_value()?)
+                            }
+                        }
+                        Field::Other => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(r)
+            }
+        }
+        deserializer.deserialize_map(RequestVisitor(std::marker::PhantomData))
+    }
+}
+
+impl Gvk<'_> {
+    fn is_pod(&self) -> bool {
+        self.group.is_empty() && self.version == "v1" && self.kind == "Pod"
+    }
+}
+
+/// The names of the variables a profile injects (none for an unknown profile, which rendering refuses).
+fn injected_env<'c>(config: &'c Config, profile: &str) -> Vec<&'c str> {
+    let Some(p) = config.profiles.get(profile) else {
+        return Vec::new();
+    };
+    let n = &p.env_names;
+    let mut names = vec![n.host.as_str(), n.address.as_str(), n.socket.as_str()];
+    names.extend(n.port.as_deref());
+    names
+}
+
+/// The request fields an answer needs, whichever path decoded them.
+struct RequestHead<'a> {
+    uid: &'a str,
+    namespace: String,
+    name: Option<&'a str>,
+    operation: Option<&'a str>,
+    dry_run: Option<bool>,
+}
+
+fn checked<R>(input: ReviewIn<'_, R>) -> Result<R, ReviewError> {
     match input.kind {
         Some("AdmissionReview") => {}
         other => return Err(ReviewError::WrongKind(other.unwrap_or("").to_string())),
@@ -164,40 +304,131 @@ pub fn review(
         Some(API_VERSION) => {}
         other => return Err(ReviewError::WrongVersion(other.unwrap_or("").to_string())),
     }
-    let request = input.request.ok_or(ReviewError::MissingRequest)?;
+    input.request.ok_or(ReviewError::MissingRequest)
+}
+
+fn is_pod_create(
+    kind: Option<&Gvk<'_>>,
+    resource: Option<&Gvr<'_>>,
+    sub_resource: Option<&str>,
+    operation: Option<&str>,
+) -> bool {
+    kind.is_some_and(Gvk::is_pod)
+        && resource.is_none_or(|r| r.resource == "pods")
+        && sub_resource.is_none_or(str::is_empty)
+        && operation == Some("CREATE")
+}
+
+const NOT_A_POD_CREATE: Outcome = Outcome::Skipped {
+    reason: Reason::NotAPodCreate,
+    warnings: vec![],
+};
+
+/// Answers one AdmissionReview body. `namespace` turns a namespace name into what the core needs to know of it.
+///
+/// One pass decodes the envelope and the parts of the Pod that are read; see the module documentation for when
+/// [`review_reference`] answers instead.
+pub fn review(
+    body: &[u8],
+    config: &Config,
+    namespace: &dyn Fn(&str) -> NamespaceInfo,
+) -> Result<(Vec<u8>, ReviewSummary), ReviewError> {
+    let Ok(input) = serde_json::from_slice::<ReviewIn<'_, FastRequest<'_>>>(body) else {
+        // Malformed in some way: the reference path finds out exactly how.
+        return review_reference(body, config, namespace);
+    };
+    let request = match checked(input) {
+        Ok(r) if !r.uid.is_empty() => r,
+        _ => return review_reference(body, config, namespace),
+    };
+    let head = RequestHead {
+        uid: &request.uid,
+        namespace: request.namespace.clone().unwrap_or_default(),
+        name: request.name.as_deref(),
+        operation: request.operation.as_deref(),
+        dry_run: request.dry_run,
+    };
+    let pod_create = is_pod_create(
+        request.kind.as_ref(),
+        request.resource.as_ref(),
+        request.sub_resource,
+        head.operation,
+    );
+    let outcome = match request.object {
+        _ if !pod_create => NOT_A_POD_CREATE,
+        Object::Absent | Object::Skipped => invalid_object("the request carries no object".into()),
+        Object::Raw(raw) => answer_pod(raw.get(), &namespace(&head.namespace), config),
+        Object::Lite(lite) => {
+            let (pod, envs) = lite.into_pod();
+            let ns = namespace(&head.namespace);
+            match decide(&pod, &ns, config) {
+                Decision::Skip(reason, warnings) => Outcome::Skipped { reason, warnings },
+                Decision::Deny(denial) => Outcome::Denied(denial),
+                Decision::Inject(plan) => {
+                    if !envs.render_exactly(&injected_env(config, &plan.profile)) {
+                        return review_reference(body, config, namespace);
+                    }
+                    let outcome = inject(&pod, &ns, config);
+                    if let Outcome::Injected(done) = &outcome
+                        && !lite_patch_is_exact(&done.patch)
+                    {
+                        return review_reference(body, config, namespace);
+                    }
+                    outcome
+                }
+            }
+        }
+    };
+    Ok(respond(&head, &outcome))
+}
+
+/// Answers one AdmissionReview body by parsing the envelope with the object as a raw slice, deciding from the
+/// Pod's head and parsing the Pod whole to inject it. Slower than [`review`] and the reference it is checked
+/// against; it answers whatever the one-pass decoder cannot.
+pub fn review_reference(
+    body: &[u8],
+    config: &Config,
+    namespace: &dyn Fn(&str) -> NamespaceInfo,
+) -> Result<(Vec<u8>, ReviewSummary), ReviewError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ReviewError::Empty);
+    }
+    let input: ReviewIn<'_, RequestIn<'_>> =
+        serde_json::from_slice(body).map_err(|e| ReviewError::Malformed(e.to_string()))?;
+    let request = checked(input)?;
     if request.uid.is_empty() {
         return Err(ReviewError::MissingUid);
     }
-
-    let ns_name = request.namespace.clone().unwrap_or_default();
-    let is_pod_create = request
-        .kind
-        .as_ref()
-        .is_some_and(|k| k.group.is_empty() && k.version == "v1" && k.kind == "Pod")
-        && request
-            .resource
-            .as_ref()
-            .is_none_or(|r| r.resource == "pods")
-        && request.sub_resource.is_none_or(str::is_empty)
-        && request.operation.as_deref() == Some("CREATE");
-
-    let outcome = if !is_pod_create {
-        Outcome::Skipped {
-            reason: Reason::NotAPodCreate,
-            warnings: vec![],
-        }
+    let head = RequestHead {
+        uid: &request.uid,
+        namespace: request.namespace.clone().unwrap_or_default(),
+        name: request.name.as_deref(),
+        operation: request.operation.as_deref(),
+        dry_run: request.dry_run,
+    };
+    let outcome = if !is_pod_create(
+        request.kind.as_ref(),
+        request.resource.as_ref(),
+        request.sub_resource,
+        head.operation,
+    ) {
+        NOT_A_POD_CREATE
     } else {
         match request.object {
-            Some(raw) => answer_pod(raw.get(), &namespace(&ns_name), config),
+            Some(raw) => answer_pod(raw.get(), &namespace(&head.namespace), config),
             None => invalid_object("the request carries no object".into()),
         }
     };
+    Ok(respond(&head, &outcome))
+}
 
+/// The response AdmissionReview and the summary for logs and metrics.
+fn respond(request: &RequestHead<'_>, outcome: &Outcome) -> (Vec<u8>, ReviewSummary) {
     let mut summary = ReviewSummary {
-        uid: request.uid.clone(),
-        namespace: ns_name,
-        name: request.name.clone().unwrap_or_default(),
-        operation: request.operation.clone().unwrap_or_default(),
+        uid: request.uid.to_string(),
+        namespace: request.namespace.clone(),
+        name: request.name.unwrap_or_default().to_string(),
+        operation: request.operation.unwrap_or_default().to_string(),
         decision: outcome.decision(),
         reason: outcome.reason(),
         dry_run: request.dry_run.unwrap_or(false),
@@ -205,7 +436,7 @@ pub fn review(
         patch_ops: 0,
     };
     let mut response = ResponseOut {
-        uid: &request.uid,
+        uid: request.uid,
         allowed: true,
         status: None,
         patch: None,
@@ -216,7 +447,7 @@ pub fn review(
             ("reason", outcome.reason().code()),
         ]),
     };
-    match &outcome {
+    match outcome {
         Outcome::Injected(injected) => {
             summary.patch_ops = injected.patch.0.len();
             let json = serde_json::to_vec(&injected.patch).expect("a JSON Patch serializes");
@@ -239,7 +470,7 @@ pub fn review(
         response,
     };
     let bytes = serde_json::to_vec(&out).expect("an AdmissionReview serializes");
-    Ok((bytes, summary))
+    (bytes, summary)
 }
 
 /// Decides from the Pod's head first; only a Pod that gets injected is parsed whole.

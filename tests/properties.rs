@@ -89,6 +89,17 @@ fn gen_pod(rng: &mut Rng) -> Pod {
                 value_from: None,
             });
         }
+        if rng.chance(5) {
+            // A user-defined host: the injected address must follow it.
+            env.insert(
+                0,
+                EnvVar {
+                    name: rng.pick(&["CERBOS_PDP_HOST", "FLAGD_HOST"]).into(),
+                    value: Some("pdp.example".into()),
+                    value_from: None,
+                },
+            );
+        }
         let mounts = if rng.chance(40) {
             Some(vec![VolumeMount {
                 name: "data".into(),
@@ -329,4 +340,119 @@ fn annotation_values_never_change_the_patch_structure() {
         1,
         "patch paths vary with annotation values: {shapes:?}"
     );
+}
+
+/// An AdmissionReview body with the request's fields in the apiserver's order (`kind` and `operation` before
+/// `object`) or, with `object_first`, the object before everything else.
+fn review_body(pod: &serde_json::Value, ns: &str, operation: &str, object_first: bool) -> String {
+    let object = pod.to_string();
+    let rest = format!(
+        r#""uid":"u-1","kind":{{"group":"","version":"v1","kind":"Pod"}},"resource":{{"group":"","version":"v1","resource":"pods"}},"requestKind":{{"group":"","version":"v1","kind":"Pod"}},"name":"gen","namespace":"{ns}","operation":"{operation}","userInfo":{{"username":"system:serviceaccount:kube-system:replicaset-controller","groups":["system:serviceaccounts"]}}"#
+    );
+    let old = if operation == "CREATE" {
+        "null".to_string()
+    } else {
+        object.clone()
+    };
+    let request = if object_first {
+        format!(r#"{{"object":{object},{rest},"oldObject":{old},"dryRun":false}}"#)
+    } else {
+        format!(r#"{{{rest},"object":{object},"oldObject":{old},"dryRun":false}}"#)
+    };
+    format!(
+        r#"{{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{request}}}"#
+    )
+}
+
+/// Fields the one-pass decoder skips, so that the reference path (which parses them) has something to lose.
+fn with_unread_fields(pod: &Pod) -> serde_json::Value {
+    let mut v = serde_json::to_value(pod).unwrap();
+    v["metadata"]["ownerReferences"] = serde_json::json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "gen-1", "uid": "x", "controller": true}]);
+    v["spec"]["tolerations"] =
+        serde_json::json!([{"key": "k", "operator": "Exists", "effect": "NoSchedule"}]);
+    for c in v["spec"]["containers"].as_array_mut().unwrap() {
+        c["resources"] =
+            serde_json::json!({"limits": {"memory": "128Mi"}, "requests": {"cpu": "100m"}});
+        c["readinessProbe"] = serde_json::json!({"httpGet": {"path": "/ready", "port": 8080}});
+        c["ports"] = serde_json::json!([{"containerPort": 8080, "name": "http"}]);
+    }
+    v
+}
+
+#[test]
+fn one_pass_review_answers_exactly_like_the_reference() {
+    use pdp_injector::admission::{review, review_reference};
+    let config = Config::builtin();
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let mut injected = 0;
+    for case in 0..1500 {
+        let pod = gen_pod(&mut rng);
+        let ns = gen_namespace(&mut rng);
+        let lookup = |name: &str| NamespaceInfo {
+            name: name.to_string(),
+            ..ns.clone()
+        };
+        // The Pod as given, and (when it gets injected) the injected Pod again and with a new container, which
+        // take the already-injected and re-wiring paths.
+        let mut pods = vec![with_unread_fields(&pod)];
+        if let Outcome::Injected(done) = inject(&pod, &ns, &config) {
+            injected += 1;
+            pods.push(with_unread_fields(&done.pod));
+            let mut grown = done.pod.clone();
+            let spec = grown.spec.as_mut().unwrap();
+            spec.containers.push(Container {
+                name: "late".into(),
+                image: Some("registry.example/late:1".into()),
+                ..Default::default()
+            });
+            pods.push(with_unread_fields(&grown));
+        }
+        for (i, value) in pods.iter().enumerate() {
+            for (operation, object_first) in
+                [("CREATE", false), ("CREATE", true), ("UPDATE", false)]
+            {
+                let body = review_body(value, &ns.name, operation, object_first);
+                let fast = review(body.as_bytes(), &config, &lookup).unwrap();
+                let reference = review_reference(body.as_bytes(), &config, &lookup).unwrap();
+                assert_eq!(
+                    String::from_utf8_lossy(&fast.0),
+                    String::from_utf8_lossy(&reference.0),
+                    "case {case}/{i} {operation} object_first={object_first}: {value}"
+                );
+                assert_eq!(fast.1, reference.1, "case {case}/{i}");
+            }
+        }
+    }
+    assert!(
+        injected > 200,
+        "only {injected} generated Pods were injected"
+    );
+}
+
+#[test]
+fn one_pass_review_reads_only_what_it_needs() {
+    // The apiserver validates the whole object; the webhook reads what it decides and renders from. A field it
+    // does not read is not parsed (the reference path, which parses the Pod whole, rejects this one), and the
+    // answer for the fields it does read is the same.
+    use pdp_injector::admission::{review, review_reference};
+    let config = Config::builtin();
+    let pod: serde_json::Value = serde_json::json!({
+        "metadata": {"name": "p", "annotations": {"pdp-injector.io/inject": "daemonset"}},
+        "spec": {"containers": [{"name": "app", "image": "x", "resources": "not an object"}]}
+    });
+    let body = review_body(&pod, "shop", "CREATE", false);
+    let lookup = |name: &str| NamespaceInfo::named(name);
+    let (_, fast) = review(body.as_bytes(), &config, &lookup).unwrap();
+    assert_eq!(fast.reason, Reason::InjectedDaemonset);
+    let (_, reference) = review_reference(body.as_bytes(), &config, &lookup).unwrap();
+    assert_eq!(reference.reason, Reason::InvalidObject);
+    // A field it reads that is malformed goes to the reference path and gets its precise denial.
+    let pod = serde_json::json!({
+        "metadata": {"name": "p", "annotations": {"pdp-injector.io/inject": "daemonset"}},
+        "spec": {"containers": [{"name": "app", "volumeMounts": [{"name": 5}]}]}
+    });
+    let body = review_body(&pod, "shop", "CREATE", false);
+    let (bytes, summary) = review(body.as_bytes(), &config, &lookup).unwrap();
+    assert_eq!(summary.reason, Reason::InvalidObject);
+    assert!(String::from_utf8_lossy(&bytes).contains("not a valid v1 Pod"));
 }
