@@ -56,6 +56,13 @@ struct Run {
     v: Value,
 }
 
+/// Other work on the machine (cores) above which a run counts as disturbed.
+const NOISY_CORES: f64 = 0.25;
+
+fn clean(r: &Run) -> bool {
+    f(&r.v, "/foreign_cpu").is_none_or(|x| x <= NOISY_CORES)
+}
+
 fn f(v: &Value, pointer: &str) -> Option<f64> {
     v.pointer(pointer).and_then(Value::as_f64)
 }
@@ -83,9 +90,18 @@ impl Report {
             .filter(move |r| r.kind == kind && r.case == case && r.mode == mode)
     }
 
+    /// The runs of a kind, case and mode that had the machine to themselves (other work under 0.25 cores),
+    /// or all of them when none did.
+    fn select_clean<'a>(&'a self, kind: &'a str, case: &'a str, mode: &'a str) -> Vec<&'a Run> {
+        let all: Vec<&Run> = self.select(kind, case, mode).collect();
+        let clean: Vec<&Run> = all.iter().copied().filter(|r| clean(r)).collect();
+        if clean.is_empty() { all } else { clean }
+    }
+
     fn med(&self, kind: &str, case: &str, mode: &str, pointer: &str) -> Option<f64> {
         median(
-            self.select(kind, case, mode)
+            self.select_clean(kind, case, mode)
+                .iter()
                 .filter_map(|r| f(&r.v, pointer))
                 .collect(),
         )
@@ -101,16 +117,36 @@ impl Report {
 
     /// Median over rounds of ours/floor CPU per request.
     fn ratio(&self, case: &str, mode: &str) -> Option<f64> {
-        let ratios = self
+        median(self.ratios(case, mode))
+    }
+
+    /// ours/floor CPU per request of each round, each server run paired with the floor run of its round.
+    /// (Pairs where both runs were undisturbed, when there are any.)
+    fn ratios(&self, case: &str, mode: &str) -> Vec<f64> {
+        let pairs: Vec<(&Run, &Run)> = self
             .select("ours", case, mode)
             .filter_map(|ours| {
                 let floor = self
                     .select("floor", case, mode)
                     .find(|fl| fl.round == ours.round)?;
-                Some(f(&ours.v, "/server/cpu_us_per_req")? / f(&floor.v, "/server/cpu_us_per_req")?)
+                Some((ours, floor))
             })
             .collect();
-        median(ratios)
+        let clean_pairs: Vec<(&Run, &Run)> = pairs
+            .iter()
+            .copied()
+            .filter(|(o, fl)| clean(o) && clean(fl))
+            .collect();
+        let used = if clean_pairs.is_empty() {
+            pairs
+        } else {
+            clean_pairs
+        };
+        used.iter()
+            .filter_map(|(o, fl)| {
+                Some(f(&o.v, "/server/cpu_us_per_req")? / f(&fl.v, "/server/cpu_us_per_req")?)
+            })
+            .collect()
     }
 
     fn line(&mut self, s: impl AsRef<str>) {
@@ -124,8 +160,11 @@ impl Report {
             Some(false) => "MISS",
             None => "n/a",
         };
-        let line = format!("  {word:<5} {target:<58} {measured}{note}");
+        let line = format!("  {word:<5} {target}: {measured}");
         self.line(line);
+        if !note.trim().is_empty() {
+            self.line(format!("        {}", note.trim()));
+        }
         self.verdicts
             .push(json!({"target": target, "measured": measured, "pass": pass}));
     }
@@ -233,7 +272,9 @@ fn main() {
 
     // --- header -------------------------------------------------------------------------------------------------
     report.line(format!(
-        "pdp-injector benchmarks  ({}; {} cores; kernel {}; {}{} round(s); load before {}, after {}; {} s)",
+        "pdp-injector {} benchmarks, {}  ({}; {} cores; kernel {}; {}{} round(s); load before {}, after {}; {} s)",
+        meta["commit"].as_str().unwrap_or("?"),
+        meta["date"].as_str().unwrap_or("?"),
         meta["cpu"].as_str().unwrap_or("?"),
         meta["cores"],
         meta["kernel"].as_str().unwrap_or("?"),
@@ -247,7 +288,11 @@ fn main() {
         meta_end["load_after"].as_str().unwrap_or("?"),
         meta_end["elapsed_s"],
     ));
-    report.line("server pinned to core 0, load generator (examples/loadgen.rs, 1 thread) to core 1; medians over rounds");
+    report
+        .line("server pinned to core 0, load generator (examples/loadgen.rs, 1 thread) to core 1");
+    report.line(
+        "figures are medians over rounds, leaving out runs disturbed by other work (> 0.25 cores) when an undisturbed one exists",
+    );
     let foreign: Vec<f64> = report
         .runs
         .iter()
@@ -256,7 +301,7 @@ fn main() {
     let noisy: Vec<String> = report
         .runs
         .iter()
-        .filter(|r| f(&r.v, "/foreign_cpu").is_some_and(|x| x > 0.25))
+        .filter(|r| !clean(r))
         .map(|r| {
             format!(
                 "{}/{}/{}/{} ({:.2})",
@@ -276,7 +321,7 @@ fn main() {
     ));
     if !noisy.is_empty() {
         report.line(format!(
-            "  runs with more than 0.25 cores of other work: {}",
+            "  disturbed runs (cores of other work): {}",
             noisy.join(", ")
         ));
     }
@@ -565,9 +610,15 @@ fn main() {
             format!("{}x", fmt(r8, 2)),
             r8.map(|r| r <= limit),
             &format!(
-                "  (ours {} us vs floor {} us; {})",
+                "ours {} us vs floor {} us per request; rounds {}; other load points: {}",
                 fmt(report.med("ours", case, "c8", "/server/cpu_us_per_req"), 1),
                 fmt(report.med("floor", case, "c8", "/server/cpu_us_per_req"), 1),
+                report
+                    .ratios(case, "c8")
+                    .iter()
+                    .map(|r| format!("{r:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 others.join(", ")
             ),
         );
@@ -579,9 +630,16 @@ fn main() {
             format!("{} us", fmt(p99, 0)),
             p99.map(|p| p <= P99_US),
             &format!(
-                "  (p50 {} us, p99.9 {} us)",
+                "p50 {} us, p99.9 {} us (the floor: p99 {} us); rounds {}",
                 fmt(report.med("ours", case, "open1000", "/latency_us/p50"), 0),
-                fmt(report.med("ours", case, "open1000", "/latency_us/p999"), 0)
+                fmt(report.med("ours", case, "open1000", "/latency_us/p999"), 0),
+                fmt(report.med("floor", case, "open1000", "/latency_us/p99"), 0),
+                report
+                    .select("ours", case, "open1000")
+                    .filter_map(|r| f(&r.v, "/latency_us/p99")
+                        .map(|p| format!("{p:.0}{}", if clean(r) { "" } else { "(disturbed)" })))
+                    .collect::<Vec<_>>()
+                    .join(" "),
             ),
         );
     }
@@ -595,7 +653,10 @@ fn main() {
                 .as_ref()
                 .and_then(|fl0| f(fl0, "/server/vmhwm_kib"))
                 .map_or(String::new(), |k| {
-                    format!("  (the null handler: {:.1} MiB)", k / 1024.0)
+                    format!(
+                        "the null handler under the same flood: {:.1} MiB",
+                        k / 1024.0
+                    )
                 }),
         );
         let max = f(fl, "/latency_us/max");
@@ -608,7 +669,10 @@ fn main() {
                 f(fl, "/status/504").unwrap_or(0.0)
             ),
             max.map(|m| m < APISERVER_TIMEOUT_US && f(fl, "/status/504").is_none()),
-            "",
+            &format!(
+                "the manifests register the webhook with timeoutSeconds: 5; p99.9 of 200s {} s",
+                fmt(f(fl, "/by_status/200/p999").map(|m| m / 1e6), 3)
+            ),
         );
     }
     report.verdict(

@@ -7,7 +7,7 @@
 //! diffing, encoding, metrics, logs, the in-flight bound and the deadline.
 //!
 //! ```text
-//! null_server --listen 127.0.0.1:18443 --cert tls.crt --key tls.key
+//! null_server --listen 127.0.0.1:18443 --cert tls.crt --key tls.key [--http1-max-buf-size BYTES]
 //! ```
 
 use std::net::SocketAddr;
@@ -47,6 +47,9 @@ struct Args {
     cert: PathBuf,
     key: PathBuf,
     timeout: Duration,
+    /// An experiment knob, off by default (then the stack is exactly `serve`'s): hyper's `max_buf_size` for
+    /// HTTP/1 connections, to see how much of the memory under a flood is per-connection read buffering.
+    max_buf_size: Option<usize>,
 }
 
 fn args() -> Result<Args, String> {
@@ -55,6 +58,7 @@ fn args() -> Result<Args, String> {
     let mut key = None;
     // `serve`'s default --handshake-timeout, used for the handshake, the first request and header reads.
     let mut timeout = Duration::from_secs(5);
+    let mut max_buf_size = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value"));
@@ -62,6 +66,13 @@ fn args() -> Result<Args, String> {
             "--listen" => listen = Some(value()?.parse().map_err(|e| format!("--listen: {e}"))?),
             "--cert" => cert = Some(PathBuf::from(value()?)),
             "--key" => key = Some(PathBuf::from(value()?)),
+            "--http1-max-buf-size" => {
+                max_buf_size = Some(
+                    value()?
+                        .parse()
+                        .map_err(|e| format!("--http1-max-buf-size: {e}"))?,
+                )
+            }
             "--handshake-timeout" => {
                 timeout = pdp_injector::server::parse_duration(&value()?)
                     .ok_or("--handshake-timeout: bad duration")?
@@ -74,6 +85,7 @@ fn args() -> Result<Args, String> {
         cert: cert.ok_or("--cert is required")?,
         key: key.ok_or("--key is required")?,
         timeout,
+        max_buf_size,
     })
 }
 
@@ -113,6 +125,9 @@ fn main() {
             .http1()
             .header_read_timeout(Some(args.timeout))
             .keep_alive(true);
+        if let Some(max) = args.max_buf_size {
+            server.http_builder().http1().max_buf_size(max);
+        }
         eprintln!("null_server: listening on {}", args.listen);
         if let Err(e) = server.serve(app.into_make_service()).await {
             eprintln!("null_server: {e}");

@@ -141,9 +141,11 @@ if [ "$quick" = 0 ]; then
     done
 fi
 cpu_model="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//; s/"//g')"
-printf '{"kind":"meta","quick":%s,"rounds":%s,"cpu":"%s","cores":%s,"clk_tck":%s,"load_before":"%s","kernel":"%s","date":"%s"}\n' \
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if ! git diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null; then commit="$commit+local changes"; fi
+printf '{"kind":"meta","quick":%s,"rounds":%s,"cpu":"%s","cores":%s,"clk_tck":%s,"load_before":"%s","kernel":"%s","date":"%s","commit":"%s"}\n' \
     "$([ "$quick" = 1 ] && echo true || echo false)" "$rounds" "$cpu_model" "$(getconf _NPROCESSORS_ONLN)" \
-    "$clk_tck" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(uname -r)" "$(date -u +%FT%TZ)" >> "$results"
+    "$clk_tck" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(uname -r)" "$(date -u +%FT%TZ)" "$commit" >> "$results"
 
 # --- 1. criterion --------------------------------------------------------------------------------------------
 if [ "$criterion" = 1 ]; then

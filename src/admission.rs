@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 
 use crate::config::Config;
 use crate::decision::{Decision, NamespaceInfo, PodHead, Reason, decide};
-use crate::inject::{Outcome, inject};
+use crate::inject::{Outcome, inject, wire};
 use crate::lite::{LitePod, lite_patch_is_exact};
 
 /// The only AdmissionReview version pdp-injector speaks (the MutatingWebhookConfiguration asks for it alone).
@@ -368,7 +368,7 @@ pub fn review(
                     if !envs.render_exactly(&injected_env(config, &plan.profile)) {
                         return review_reference(body, config, namespace);
                     }
-                    let outcome = inject(&pod, &ns, config);
+                    let outcome = wire(&pod, *plan, config);
                     if let Outcome::Injected(done) = &outcome
                         && !lite_patch_is_exact(&done.patch)
                     {

@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::config::{Config, Mode};
-use crate::decision::{Decision, Denial, NamespaceInfo, Reason, Warning, decide};
+use crate::decision::{Decision, Denial, NamespaceInfo, Plan, Reason, Warning, decide};
 use crate::patch::diff_pods;
 use crate::render::render;
 
@@ -75,8 +75,13 @@ pub fn inject(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Outcome {
     let plan = match decide(pod, ns, config) {
         Decision::Skip(reason, warnings) => return Outcome::Skipped { reason, warnings },
         Decision::Deny(denial) => return Outcome::Denied(denial),
-        Decision::Inject(plan) => plan,
+        Decision::Inject(plan) => *plan,
     };
+    wire(pod, plan, config)
+}
+
+/// Renders a plan that [`decide`] made for `pod`.
+pub fn wire(pod: &Pod, plan: Plan, config: &Config) -> Outcome {
     let rendered = match render(pod, &plan, config) {
         Ok(r) => r,
         Err(denial) => return Outcome::Denied(denial),
