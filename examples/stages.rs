@@ -6,19 +6,25 @@
 //! cargo run --release --example stages -- --bench            # every stage, 2, 22 and 80 KiB
 //! cargo run --release --example stages -- --bench 22KiB      # a filter, as with cargo bench
 //! ```
-//! Stages of a Pod that gets injected: `envelope` (the AdmissionReview with the Pod as a raw slice), `head` (the
-//! head parse and the decision), `parse_pod` (the whole typed Pod), `decide`, `render` (which clones the Pod),
-//! `clone_pod` and `drop_pod` (parts of `render` and of the end of the request), `diff`, `encode` (patch JSON,
-//! base64, the response envelope), and `review` (all of it, as in benches/core.rs).
+//! `review` is all of it, as in benches/core.rs: one pass over the body (the envelope and the parts of the Pod that
+//! are read, `admission::review`). `scan` is the floor of any parse: skipping the whole body without building
+//! anything. `lite` is the one-pass parse of the Pod alone (`lite::LitePod`).
+//!
+//! The other stages are those of the reference path (`admission::review_reference`, which the webhook uses for
+//! what the one pass cannot answer exactly, and `reference` is all of it): `envelope` (the AdmissionReview with
+//! the Pod as a raw slice), `head` (the head parse and the decision), `parse_pod` (the whole typed Pod),
+//! `decide`, `render` (which clones the Pod), `clone_pod` and `drop_pod` (parts of `render` and of the end of
+//! the request), `diff`, `encode` (patch JSON, base64, the response envelope).
 
 use std::collections::BTreeMap;
 
 use base64::Engine;
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
-use pdp_injector::admission::review;
+use pdp_injector::admission::{review, review_reference};
 use pdp_injector::config::Config;
 use pdp_injector::decision::{Decision, NamespaceInfo, PodHead, decide};
+use pdp_injector::lite::LitePod;
 use pdp_injector::patch::diff_pods;
 use pdp_injector::render::render;
 use serde::{Deserialize, Serialize};
@@ -138,6 +144,18 @@ fn stages(c: &mut Criterion) {
             });
             group.bench_function(id("review"), |b| {
                 b.iter(|| review(std::hint::black_box(&input), &config, &lookup).unwrap())
+            });
+            group.bench_function(id("scan"), |b| {
+                b.iter(|| {
+                    serde_json::from_slice::<serde::de::IgnoredAny>(std::hint::black_box(&input))
+                        .unwrap()
+                })
+            });
+            group.bench_function(id("lite"), |b| {
+                b.iter(|| serde_json::from_str::<LitePod>(std::hint::black_box(raw)).unwrap())
+            });
+            group.bench_function(id("reference"), |b| {
+                b.iter(|| review_reference(std::hint::black_box(&input), &config, &lookup).unwrap())
             });
             if class != Class::Inject {
                 continue;

@@ -1,6 +1,6 @@
 //! The `pdp-injector` binary: parses the command line and hands over to the library.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -398,25 +398,35 @@ fn run_inject(args: InjectArgs) -> anyhow::Result<()> {
         default_namespace: Some(args.namespace),
     };
     let (output, reports) = offline::inject_stream(&input, &config, &options)?;
+    // One line per Pod template: buffered, so a stream of thousands of documents is not a write per line.
+    let mut log = std::io::BufWriter::new(std::io::stderr().lock());
     let mut injected = 0;
     for r in &reports {
         let Some(reason) = r.reason else { continue };
         // Every Pod template gets a line saying what happened and why, skips included.
-        eprintln!("document {} ({} {:?}): {reason}", r.index, r.kind, r.name);
+        writeln!(
+            log,
+            "document {} ({} {:?}): {reason}",
+            r.index, r.kind, r.name
+        )?;
         for w in &r.warnings {
-            eprintln!("  warning: {w}");
+            writeln!(log, "  warning: {w}")?;
         }
         if reason.decision() == "inject" {
             injected += 1;
         }
     }
     let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
-    eprintln!(
+    writeln!(
+        log,
         "pdp-injector: {}, {} injected",
         plural(reports.len(), "document"),
         plural(injected, "Pod template")
-    );
-    print!("{output}");
+    )?;
+    log.flush()?;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(output.as_bytes())?;
+    stdout.flush()?;
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::Config;
@@ -97,7 +98,7 @@ pub fn parse_stream(input: &str) -> Result<Vec<Value>, OfflineError> {
 
 /// Writes documents back as a YAML stream.
 pub fn write_stream(docs: &[Value]) -> String {
-    let mut out = String::new();
+    let mut out = String::with_capacity(docs.len() * 1024);
     for doc in docs {
         out.push_str("---\n");
         // A JSON value always serializes to YAML.
@@ -237,9 +238,9 @@ fn inject_document(
         .pointer_mut(pointer)
         .ok_or_else(|| fail(format!("has no Pod template at {pointer}")))?;
     let pod = if pointer.is_empty() {
-        serde_json::from_value::<Pod>(template.clone())
+        Pod::deserialize(&*template)
     } else {
-        serde_json::from_value::<PodTemplateSpec>(template.clone()).map(|t| Pod {
+        PodTemplateSpec::deserialize(&*template).map(|t| Pod {
             metadata: t.metadata.unwrap_or_default(),
             spec: t.spec,
             status: None,
