@@ -495,30 +495,15 @@ impl Drop for InFlight<'_> {
     }
 }
 
-enum BodyError {
-    TooLarge,
-    Read(axum::Error),
-}
-
-/// Reads a request body into one buffer sized from its Content-Length (up to 256 KiB ahead of the bytes), so a
-/// body costs its size once rather than chunks plus a doubling buffer plus a final copy.
-async fn read_body(
-    mut body: Body,
-    limit: usize,
-    declared: Option<usize>,
-) -> Result<Vec<u8>, BodyError> {
-    use http_body_util::BodyExt;
-    let mut buf = Vec::with_capacity(declared.unwrap_or(0).min(limit).min(256 * 1024));
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(BodyError::Read)?;
-        if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > limit {
-                return Err(BodyError::TooLarge);
-            }
-            buf.extend_from_slice(&data);
+fn too_large(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
         }
+        source = err.source();
     }
-    Ok(buf)
+    false
 }
 
 async fn mutate(State(state): State<Arc<AppState>>, request: Request) -> Response {
@@ -575,13 +560,13 @@ async fn answer(state: &AppState, request: Request) -> Response {
         state.metrics.error(ErrorKind::PayloadTooLarge);
         return json_error(StatusCode::PAYLOAD_TOO_LARGE, "body exceeds the size limit");
     }
-    let body = match read_body(request.into_body(), state.body_limit, declared).await {
+    let body = match axum::body::to_bytes(request.into_body(), state.body_limit).await {
         Ok(b) => b,
-        Err(BodyError::TooLarge) => {
+        Err(e) if too_large(&e) => {
             state.metrics.error(ErrorKind::PayloadTooLarge);
             return json_error(StatusCode::PAYLOAD_TOO_LARGE, "body exceeds the size limit");
         }
-        Err(BodyError::Read(e)) => {
+        Err(e) => {
             state.metrics.error(ErrorKind::BadRequest);
             return json_error(StatusCode::BAD_REQUEST, &format!("cannot read body: {e}"));
         }
