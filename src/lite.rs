@@ -9,10 +9,11 @@
 //! Of the labels and annotations only the keys that are read are kept (ours, the mirror-Pod marker, the
 //! autoscaler's list of local volumes). Environment variables are most of a large Pod, and rendering only looks
 //! for the variables it injects: to leave a user's own definition alone and to place the address after a
-//! user-defined host. So only the names are read, as slices of the body; when none is reserved by a profile,
-//! the Pod is rendered with an empty `env` list, and since rendering then inserts its variables at the front,
-//! the patch (`add` at `/env/0`, `/env/1`, ...) is the same as for the full list. A Pod with a reserved name in
-//! some `env` (a user's own definition, or a Pod injected before) is answered from the whole Pod instead.
+//! user-defined host. So each `env` list is kept as a slice of the body and not parsed to decide; to wire, the
+//! slices are searched for the profile's variable names ([`EnvLists::render_exactly`]). When none defines one,
+//! the Pod is rendered with empty `env` lists, and since rendering then inserts its variables at the front, the
+//! patch (`add` at `/env/0`, `/env/1`, ...) is the same as for the full lists. A Pod whose `env` defines one of
+//! them (a user's own definition, or a Pod injected before) is wired from the whole Pod instead.
 //!
 //! A Pod built from a [`LitePod`] renders and diffs exactly like the whole Pod as long as the patch holds
 //! only `add` operations: then every value in it is either something rendering created or one of these
