@@ -739,7 +739,13 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
             "--set=storage.disk.directory=/policies".into(),
             "--set=storage.disk.watchForChanges=true".into(),
         ],
-        env: vec![],
+        // Cerbos sends usage telemetry to its vendor unless told not to: off in everything we ship
+        // (docs/operations.md says how to turn it on).
+        env: vec![EnvVar {
+            name: "CERBOS_NO_TELEMETRY".into(),
+            value: Some("1".into()),
+            value_from: None,
+        }],
         ports: vec![
             NamedPort {
                 name: "http".into(),

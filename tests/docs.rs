@@ -887,6 +887,8 @@ fn names_ports_and_paths_in_the_docs_are_the_rendered_ones() {
                 .chain(p.env_names.port.as_ref())
                 .cloned(),
         );
+        // The sidecar's own environment (CERBOS_NO_TELEMETRY) is rendered too.
+        env_names.extend(p.env.iter().map(|e| e.name.clone()));
         sockets.insert(p.socket.path());
         ports.extend(p.ports.iter().map(|port| port.port));
     }

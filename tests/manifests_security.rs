@@ -185,3 +185,159 @@ fn the_webhook_pod_is_restricted() {
         "restricted"
     );
 }
+
+/// Cerbos reports usage to its vendor unless told not to. Every Cerbos the project ships must start with it off:
+/// the built-in and shipped profiles' sidecars (rendered through the real core) and every Cerbos container in
+/// the manifests, whose config file must say `telemetry.disabled: true` or whose environment must carry
+/// `CERBOS_NO_TELEMETRY=1`.
+#[test]
+fn shipped_pdps_do_not_phone_home() {
+    use k8s_openapi::api::core::v1::{Container, Pod};
+    use pdp_injector::config::{Config, Mode};
+    use pdp_injector::decision::NamespaceInfo;
+    use pdp_injector::inject::{Outcome, inject};
+
+    let no_telemetry_env = |c: &Container| {
+        c.env.iter().flatten().any(|e| {
+            e.name == "CERBOS_NO_TELEMETRY"
+                && matches!(e.value.as_deref(), Some("1" | "true" | "TRUE" | "True"))
+        })
+    };
+    let no_telemetry_arg = |c: &Container| {
+        c.args
+            .iter()
+            .flatten()
+            .any(|a| a == "--set=telemetry.disabled=true")
+    };
+
+    // Sidecars: the built-in config and every config file the manifests ship.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut configs = vec![("built-in".to_string(), Config::builtin())];
+    for file in [
+        "manifests/base/config.yaml",
+        "manifests/overlays/sidecar-only/config.yaml",
+    ] {
+        configs.push((file.to_string(), Config::load(&root.join(file)).unwrap()));
+    }
+    let mut checked = 0;
+    for (source, config) in &configs {
+        for (name, profile) in &config.profiles {
+            if !profile.image.contains("cerbos") {
+                continue;
+            }
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "app", "annotations": {
+                    "pdp-injector.io/inject": "sidecar", "pdp-injector.io/profile": name}},
+                "spec": {"containers": [{"name": "app", "image": "app"}]}
+            }))
+            .unwrap();
+            let Outcome::Injected(done) = inject(&pod, &NamespaceInfo::named("apps"), config)
+            else {
+                panic!("{source}: profile {name} was not injected");
+            };
+            assert_eq!(done.mode, Mode::Sidecar);
+            let spec = done.pod.spec.as_ref().unwrap();
+            let pdp = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .chain(&spec.containers)
+                .find(|c| c.name == profile.container_name)
+                .unwrap();
+            assert!(
+                no_telemetry_env(pdp) || no_telemetry_arg(pdp),
+                "{source}: profile {name}'s sidecar starts Cerbos with telemetry on: {pdp:?}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3, "only {checked} Cerbos profiles checked");
+
+    // Containers in the manifests: any image with cerbos in its name, in every YAML file under manifests/.
+    let mut files = Vec::new();
+    let mut dirs = vec![root.join("manifests")];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml") {
+                files.push(path);
+            }
+        }
+    }
+    let all: Vec<Value> = files
+        .iter()
+        .flat_map(|f| parse_stream(&fs::read_to_string(f).unwrap()).unwrap())
+        .collect();
+    let mut containers = 0;
+    for doc in &all {
+        let Some(spec) = doc.pointer("/spec/template/spec") else {
+            continue;
+        };
+        for c in ["containers", "initContainers"]
+            .iter()
+            .filter_map(|k| spec[k].as_array())
+            .flatten()
+        {
+            if !c["image"].as_str().unwrap_or("").contains("cerbos") {
+                continue;
+            }
+            containers += 1;
+            let container: Container = serde_json::from_value(c.clone()).unwrap();
+            if no_telemetry_env(&container) || no_telemetry_arg(&container) {
+                continue;
+            }
+            // Otherwise its --config file must turn telemetry off: find the ConfigMap behind the mount.
+            let config_path = container
+                .args
+                .iter()
+                .flatten()
+                .find_map(|a| a.strip_prefix("--config="))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{}: Cerbos with neither --config nor telemetry off",
+                        c["name"]
+                    )
+                });
+            let mount = container
+                .volume_mounts
+                .iter()
+                .flatten()
+                .find(|m| config_path.starts_with(&format!("{}/", m.mount_path)))
+                .expect("the config file comes from a mounted volume");
+            let volume = spec["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == mount.name.as_str())
+                .unwrap();
+            let cm_name = volume["configMap"]["name"].as_str().unwrap();
+            let file_name = &config_path[mount.mount_path.len() + 1..];
+            // The ConfigMap is generated by kustomize from a file: find the generator that names it.
+            let kustomization = root.join("manifests/components/pdp-daemonset/kustomization.yaml");
+            let k = &parse_stream(&fs::read_to_string(&kustomization).unwrap()).unwrap()[0];
+            let generator = k["configMapGenerator"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|g| g["name"] == cm_name)
+                .unwrap_or_else(|| panic!("no generator for ConfigMap {cm_name}"));
+            let source = generator["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::as_str)
+                .find_map(|f| f.strip_prefix(&format!("{file_name}=")))
+                .unwrap();
+            let text = fs::read_to_string(kustomization.parent().unwrap().join(source)).unwrap();
+            let cerbos_config = &parse_stream(&text).unwrap()[0];
+            assert_eq!(
+                cerbos_config.pointer("/telemetry/disabled"),
+                Some(&json!(true)),
+                "{source}: the node-local Cerbos must start with telemetry.disabled: true"
+            );
+        }
+    }
+    assert!(containers >= 1, "no Cerbos container found in manifests/");
+}
