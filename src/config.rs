@@ -399,7 +399,8 @@ impl Config {
             excluded_namespaces: excluded,
             default_pod_security_level: file
                 .default_pod_security_level
-                .unwrap_or(PssLevel::Privileged),
+                // Fail safe: assuming more than the cluster allows gets Pods rejected; less only drops the socket.
+                .unwrap_or(PssLevel::Baseline),
             profiles,
             hash: String::new(),
         };

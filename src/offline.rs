@@ -261,6 +261,13 @@ fn inject_document(
             return Err(fail(format!("{denial}{hint}")));
         }
         Outcome::Injected(injected) => {
+            // A template may leave out `metadata` (common in Jobs and CronJobs); the typed Pod always has one,
+            // so the patch adds under it: give the template the empty mapping it stands for.
+            if let Some(t) = template.as_object_mut()
+                && !t.get("metadata").is_some_and(Value::is_object)
+            {
+                t.insert("metadata".into(), Value::Object(Default::default()));
+            }
             // The patch is relative to the Pod, and a Pod template has the same `metadata` and `spec` keys, so
             // the same patch applies to the template and keeps any field the typed structs do not know.
             json_patch::patch(template, &injected.patch)

@@ -8,11 +8,12 @@ use serde_json::{Value, json};
 
 const FIXTURE: &str = include_str!("fixtures/admissionreview-v1-pod-create.json");
 
+/// An opted-in namespace that allows the node socket (Pod Security privileged).
 fn labelled(label: &'static str) -> impl Fn(&str) -> NamespaceInfo {
     move |name| NamespaceInfo {
         name: name.into(),
         injection: Some(label.into()),
-        pss_enforce: None,
+        pss_enforce: Some("privileged".into()),
     }
 }
 

@@ -1230,7 +1230,8 @@ fn config_hashes_query_runs() {
         "docs/examples/sidecar.out.yaml",
     ] {
         let docs = offline::parse_stream(&read(out)).unwrap();
-        let template = docs[0]["spec"]["template"].clone();
+        let workload = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+        let template = workload["spec"]["template"].clone();
         items.push(template.clone());
         items.push(template);
     }

@@ -615,12 +615,14 @@ def _(h):
 
 @case("daemonset-wiring-stored-exactly")
 def _(h):
-    ns = h.namespace("ds-wiring")
+    # The node socket is mounted only where Pod Security allows hostPath (privileged); unlabelled counts as baseline.
+    ns = h.namespace("ds-wiring", {PSS_LABEL: "privileged"})
     p = pod("app", ns, annotations={INJECT: "daemonset"},
             containers=[{"name": "app", "image": PAUSE,
                          "env": [{"name": "PDP_URL", "value": "http://$(CERBOS_PDP_ADDR)"}]},
                         {"name": "worker", "image": PAUSE}])
-    stored, _ = create_and_compare(h, p)
+    nsd = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {PSS_LABEL: "privileged"}}}
+    stored, _ = create_and_compare(h, p, namespace_doc=nsd)
     want_env = [
         {"name": "CERBOS_PDP_HOST", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.hostIP"}}},
         {"name": "CERBOS_PDP_ADDR", "value": "$(CERBOS_PDP_HOST):3593"},
