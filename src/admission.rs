@@ -18,7 +18,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
 use crate::config::Config;
-use crate::decision::{Decision, NamespaceInfo, PodHead, Reason, decide};
+use crate::decision::{Decision, Denial, NamespaceInfo, PodHead, Reason, decide};
 use crate::inject::{Outcome, inject, wire};
 use crate::lite::{LitePod, lite_patch_is_exact};
 
@@ -422,6 +422,37 @@ pub fn review_reference(
     Ok(respond(&head, &outcome))
 }
 
+/// Refuses the Pod CREATE in `body` with `denial`, whatever the core would decide: for what the webhook, not
+/// the Pod, cannot answer (the namespace of a `Fail`-entry request could not be read). Any other request is
+/// answered by [`review`] as usual, since refusing it would block more than the Pod in doubt.
+pub fn refuse(
+    body: &[u8],
+    config: &Config,
+    namespace: &dyn Fn(&str) -> NamespaceInfo,
+    denial: Denial,
+) -> Result<(Vec<u8>, ReviewSummary), ReviewError> {
+    let input: ReviewIn<'_, RequestIn<'_>> =
+        serde_json::from_slice(body).map_err(|e| ReviewError::Malformed(e.to_string()))?;
+    let request = checked(input)?;
+    let pod_create = is_pod_create(
+        request.kind.as_ref(),
+        request.resource.as_ref(),
+        request.sub_resource,
+        request.operation.as_deref(),
+    );
+    if request.uid.is_empty() || !pod_create {
+        return review(body, config, namespace);
+    }
+    let head = RequestHead {
+        uid: &request.uid,
+        namespace: request.namespace.clone().unwrap_or_default(),
+        name: request.name.as_deref(),
+        operation: request.operation.as_deref(),
+        dry_run: request.dry_run,
+    };
+    Ok(respond(&head, &Outcome::Denied(denial)))
+}
+
 /// The response AdmissionReview and the summary for logs and metrics.
 fn respond(request: &RequestHead<'_>, outcome: &Outcome) -> (Vec<u8>, ReviewSummary) {
     let mut summary = ReviewSummary {
@@ -457,9 +488,14 @@ fn respond(request: &RequestHead<'_>, outcome: &Outcome) -> (Vec<u8>, ReviewSumm
         Outcome::Skipped { .. } => {}
         Outcome::Denied(denial) => {
             response.allowed = false;
+            // The Pod is fine and a retry may succeed: say so, as the apiserver's own errors do.
+            let (code, reason) = match denial.reason {
+                Reason::NamespaceUnreadable => (503, "ServiceUnavailable"),
+                _ => (400, "BadRequest"),
+            };
             response.status = Some(StatusOut {
-                code: 400,
-                reason: "BadRequest",
+                code,
+                reason,
                 message: denial.to_string(),
             });
         }
@@ -489,7 +525,7 @@ fn answer_pod(raw: &str, ns: &NamespaceInfo, config: &Config) -> Outcome {
 }
 
 fn invalid_object(message: String) -> Outcome {
-    Outcome::Denied(crate::decision::Denial {
+    Outcome::Denied(Denial {
         reason: Reason::InvalidObject,
         message,
     })

@@ -2,8 +2,6 @@
 //! store, so the request path makes no API call) and whether the apiserver supports native sidecars.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -17,7 +15,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tracing::{info, warn};
 
 use crate::decision::NamespaceInfo;
-use crate::namespaces::NamespaceSource;
+use crate::namespaces::{FetchFuture, NamespaceSource};
 
 /// Namespace labels from a reflector over `PartialObjectMeta<Namespace>` (labels only, no specs).
 #[derive(Clone)]
@@ -89,10 +87,7 @@ impl NamespaceSource for ClusterNamespaces {
         self.synced.load(Ordering::SeqCst)
     }
 
-    fn fetch<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Option<NamespaceInfo>> + Send + 'a>> {
+    fn fetch<'a>(&'a self, name: &'a str) -> FetchFuture<'a> {
         Box::pin(async move {
             let api: Api<Namespace> = Api::all(self.client.clone());
             match api.get_metadata_opt(name).await {
@@ -102,12 +97,12 @@ impl NamespaceSource for ClusterNamespaces {
                         .write()
                         .unwrap_or_else(|p| p.into_inner())
                         .insert(name.to_string(), info.clone());
-                    Some(info)
+                    Ok(Some(info))
                 }
-                Ok(None) => None,
+                Ok(None) => Ok(None),
                 Err(e) => {
-                    warn!(namespace = name, error = %e, "cannot fetch a namespace missing from the cache");
-                    None
+                    warn!(namespace = name, error = %e, "cannot fetch a namespace from the apiserver");
+                    Err(e.to_string())
                 }
             }
         })

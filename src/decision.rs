@@ -49,6 +49,9 @@ pub enum Reason {
     HostNetworkSidecar,
     /// The admission request's object is not a valid Pod.
     InvalidObject,
+    /// The apiserver sent the Pod through the entry for opted-in namespaces, but the webhook could not read the
+    /// namespace to confirm it: the Pod is refused rather than run without its PDP (the controller retries).
+    NamespaceUnreadable,
 }
 
 impl Reason {
@@ -72,6 +75,7 @@ impl Reason {
             Reason::NameCollision => "name_collision",
             Reason::HostNetworkSidecar => "host_network_sidecar",
             Reason::InvalidObject => "invalid_object",
+            Reason::NamespaceUnreadable => "namespace_unreadable",
         }
     }
 
@@ -92,12 +96,13 @@ impl Reason {
             | Reason::UnknownContainer
             | Reason::NameCollision
             | Reason::HostNetworkSidecar
-            | Reason::InvalidObject => "deny",
+            | Reason::InvalidObject
+            | Reason::NamespaceUnreadable => "deny",
         }
     }
 
     /// Every reason, for documentation and for metrics that must show zeros.
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 18] = [
         Reason::InjectedSidecar,
         Reason::InjectedDaemonset,
         Reason::Rewired,
@@ -115,6 +120,7 @@ impl Reason {
         Reason::NameCollision,
         Reason::HostNetworkSidecar,
         Reason::InvalidObject,
+        Reason::NamespaceUnreadable,
     ];
 }
 
@@ -182,6 +188,21 @@ pub struct Denial {
     pub message: String,
 }
 
+impl Denial {
+    /// The refusal of a Pod whose namespace the apiserver matched as opted in (the `Fail` entry) but that the
+    /// webhook could not confirm: the Pod is not run without its PDP.
+    pub fn namespace_unreadable(namespace: &str, why: &str) -> Denial {
+        Denial {
+            reason: Reason::NamespaceUnreadable,
+            message: format!(
+                "namespace {namespace:?} is opted in (the apiserver sent this Pod through the webhook entry for \
+                 opted-in namespaces), but its labels could not be read from the apiserver ({why}): the Pod is \
+                 refused rather than run without its PDP; its controller retries"
+            ),
+        }
+    }
+}
+
 impl fmt::Display for Denial {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "pdp-injector {}: {}", self.reason.code(), self.message)
@@ -222,6 +243,15 @@ impl NamespaceInfo {
             }
         }
         ns
+    }
+
+    /// Whether the namespace's injection label opts its Pods in (any value but `disabled` that the webhook
+    /// knows): what the apiserver's selector for the `Fail` entry matches.
+    pub fn opted_in(&self) -> bool {
+        matches!(
+            self.injection.as_deref().and_then(parse_choice),
+            Some(PodChoice::Mode(_) | PodChoice::Enabled)
+        )
     }
 
     /// The namespace's enforced Pod Security level, or the config's default when it has none.

@@ -20,7 +20,7 @@ use tracing::{Instrument, Span, error, info, info_span, warn};
 
 use crate::admission;
 use crate::config::{Config, ConfigError};
-use crate::decision::NamespaceInfo;
+use crate::decision::{Denial, NamespaceInfo};
 use crate::metrics::{ErrorKind, Metrics};
 use crate::namespaces::NamespaceSource;
 use crate::tls::{self, TlsError, TlsFiles, TlsMaterial};
@@ -411,7 +411,8 @@ fn sha(bytes: &[u8]) -> [u8; 32] {
 /// The routes, on any state (the tests and the benchmarks mount it without TLS too).
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/mutate", post(mutate))
+        .route("/mutate", post(mutate_pods))
+        .route(OPTED_IN_PATH, post(mutate_opted_in))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -506,7 +507,28 @@ fn too_large(e: &axum::Error) -> bool {
     false
 }
 
-async fn mutate(State(state): State<Arc<AppState>>, request: Request) -> Response {
+/// The path of the webhook entry for namespaces labelled to opt in (`failurePolicy: Fail`): the apiserver
+/// matched the namespace's label, so the handler knows the Pod must not be let through from doubt.
+pub const OPTED_IN_PATH: &str = "/mutate/opted-in";
+
+/// Which webhook entry of the MutatingWebhookConfiguration sent a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// `pods.pdp-injector.io` (`/mutate`): any namespace; the Pod's own annotation or label decides.
+    Pods,
+    /// `namespaces.pdp-injector.io` ([`OPTED_IN_PATH`]): the apiserver saw the namespace opted in.
+    OptedIn,
+}
+
+async fn mutate_pods(state: State<Arc<AppState>>, request: Request) -> Response {
+    mutate(state, Entry::Pods, request).await
+}
+
+async fn mutate_opted_in(state: State<Arc<AppState>>, request: Request) -> Response {
+    mutate(state, Entry::OptedIn, request).await
+}
+
+async fn mutate(State(state): State<Arc<AppState>>, entry: Entry, request: Request) -> Response {
     // Check the bound before reading anything: under a flood, refusing costs no body buffering.
     let Ok(_reader) = state.readers.clone().try_acquire_owned() else {
         state.metrics.error(ErrorKind::Overloaded);
@@ -530,7 +552,7 @@ async fn mutate(State(state): State<Arc<AppState>>, request: Request) -> Respons
     let deadline = query_timeout(request.uri())
         .map(|t| t.min(state.request_timeout))
         .unwrap_or(state.request_timeout);
-    let response = tokio::time::timeout(deadline, answer(&state, request))
+    let response = tokio::time::timeout(deadline, answer(&state, entry, request))
         .instrument(span.clone())
         .await
         .unwrap_or_else(|_| {
@@ -543,7 +565,7 @@ async fn mutate(State(state): State<Arc<AppState>>, request: Request) -> Respons
     response
 }
 
-async fn answer(state: &AppState, request: Request) -> Response {
+async fn answer(state: &AppState, entry: Entry, request: Request) -> Response {
     if !is_json(request.headers()) {
         state.metrics.error(ErrorKind::UnsupportedMediaType);
         return json_error(
@@ -580,23 +602,50 @@ async fn answer(state: &AppState, request: Request) -> Response {
         );
     };
     let config = state.config();
-    let (mut result, missed) = {
-        let missed = std::cell::Cell::new(None::<String>);
-        let lookup = |ns: &str| {
-            state.namespaces.lookup(ns).unwrap_or_else(|| {
-                missed.set(Some(ns.to_string()));
+    let (mut result, doubt) = {
+        let doubt = std::cell::Cell::new(None::<String>);
+        let lookup = |ns: &str| match state.namespaces.lookup(ns) {
+            // The apiserver matched an opt-in label that the cache does not show (yet): find out.
+            Some(info) if entry == Entry::OptedIn && !info.opted_in() => {
+                doubt.set(Some(ns.to_string()));
+                info
+            }
+            Some(info) => info,
+            None => {
+                doubt.set(Some(ns.to_string()));
                 NamespaceInfo::named(ns)
-            })
+            }
         };
         let result = admission::review(&body, &config, &lookup);
-        (result, missed.into_inner())
+        (result, doubt.into_inner())
     };
-    if let Some(name) = missed {
-        // The watch has not seen this namespace yet: ask the apiserver once rather than guess "not opted in".
-        if let Some(info) = state.namespaces.fetch(&name).await {
-            result = admission::review(&body, &config, &|_: &str| info.clone());
-        } else {
-            warn!(namespace = %name, "namespace unknown to the cache and the apiserver; treated as unlabelled");
+    if let Some(name) = doubt {
+        // The watch has not seen this namespace, or not its newest labels: ask the apiserver once rather than
+        // guess "not opted in".
+        match (state.namespaces.fetch(&name).await, entry) {
+            (Ok(Some(info)), _) => {
+                result = admission::review(&body, &config, &|_: &str| info.clone());
+            }
+            (Ok(None), Entry::Pods) => {
+                warn!(namespace = %name, "namespace unknown to the cache and the apiserver; treated as unlabelled");
+            }
+            (Err(e), Entry::Pods) => {
+                warn!(namespace = %name, error = %e, "namespace cannot be read; treated as unlabelled (annotation opt-ins still apply)");
+            }
+            (failed, Entry::OptedIn) => {
+                let why = match failed {
+                    Ok(_) => "it does not exist".to_string(),
+                    Err(e) => e,
+                };
+                let denial = Denial::namespace_unreadable(&name, &why);
+                error!(namespace = %name, reason = denial.reason.code(), "{}", denial.message);
+                result = admission::refuse(
+                    &body,
+                    &config,
+                    &|_: &str| NamespaceInfo::named(&name),
+                    denial,
+                );
+            }
         }
     }
     match result {

@@ -794,6 +794,13 @@ fn every_denial_message_is_documented_exactly() {
         "docs/annotations.md lacks {prefix:?}: <parse error> (from {not_a_pod:?})"
     );
     covered.insert(Reason::InvalidObject.code());
+    // The webhook's refusal of a Pod whose opted-in namespace it cannot read (src/server.rs).
+    let unreadable = pdp_injector::decision::Denial::namespace_unreadable("shop", "<error>");
+    assert!(
+        text.contains(&unreadable.to_string()),
+        "docs/annotations.md lacks {unreadable}"
+    );
+    covered.insert(unreadable.reason.code());
 
     let deny_codes: BTreeSet<&str> = Reason::ALL
         .iter()

@@ -112,7 +112,6 @@ fn webhook_registration_fails_closed_only_where_asked() {
             (1..=10).contains(&timeout),
             "{name}: timeoutSeconds {timeout}"
         );
-        assert_eq!(h["clientConfig"]["service"]["path"], "/mutate", "{name}");
         assert_eq!(
             h["rules"],
             json!([{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
@@ -153,6 +152,18 @@ fn webhook_registration_fails_closed_only_where_asked() {
         json!({"key": "pdp-injector.io/injection", "operator": "NotIn",
                            "values": ["enabled", "sidecar", "daemonset"]})
     );
+    // Each entry has its own path, so the handler knows when the apiserver saw the namespace opted in and never
+    // answers "not opted in" from doubt there (src/server.rs, Entry).
+    assert_eq!(
+        by_policy("Fail")["clientConfig"]["service"]["path"],
+        pdp_injector::server::OPTED_IN_PATH
+    );
+    assert_eq!(
+        by_policy("Ignore")["clientConfig"]["service"]["path"],
+        "/mutate"
+    );
+    // The Ignore entry sees every Pod CREATE of the cluster: a hung replica must cost them at most 2 s.
+    assert!(by_policy("Ignore")["timeoutSeconds"].as_i64().unwrap() <= 2);
 }
 
 #[test]

@@ -958,41 +958,161 @@ async fn slow_headers_are_cut_off() {
     r.shutdown().await.unwrap();
 }
 
-/// A namespace cache that has not seen the namespace yet; the apiserver (fetch) has it, labelled.
+/// A namespace cache that has not seen the namespace (or its newest labels) yet, and an apiserver (fetch) that
+/// has it labelled, or cannot be reached.
 struct LaggingCache {
+    cached: Option<NamespaceInfo>,
+    apiserver: Result<Option<&'static str>, &'static str>,
     fetches: std::sync::atomic::AtomicUsize,
+}
+
+impl LaggingCache {
+    fn new(
+        cached: Option<NamespaceInfo>,
+        apiserver: Result<Option<&'static str>, &'static str>,
+    ) -> Arc<Self> {
+        Arc::new(LaggingCache {
+            cached,
+            apiserver,
+            fetches: Default::default(),
+        })
+    }
+
+    fn fetches(&self) -> usize {
+        self.fetches.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 impl NamespaceSource for LaggingCache {
     fn lookup(&self, _name: &str) -> Option<NamespaceInfo> {
-        None
+        self.cached.clone()
     }
     fn synced(&self) -> bool {
         true
     }
-    fn fetch<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<NamespaceInfo>> + Send + 'a>>
-    {
+    fn fetch<'a>(&'a self, name: &'a str) -> pdp_injector::namespaces::FetchFuture<'a> {
         self.fetches
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Box::pin(async move {
-            Some(NamespaceInfo {
-                name: name.into(),
-                injection: Some("daemonset".into()),
-                pss_enforce: Some("baseline".into()),
+        let answer = self
+            .apiserver
+            .map(|label| {
+                label.map(|l| NamespaceInfo {
+                    name: name.into(),
+                    injection: Some(l.into()),
+                    pss_enforce: Some("baseline".into()),
+                })
             })
-        })
+            .map_err(str::to_string);
+        Box::pin(std::future::ready(answer))
     }
+}
+
+async fn post_path(r: &Running, ca: &str, path: &str, body: &[u8]) -> Value {
+    let (status, bytes) = call(
+        r.addr,
+        default_client(ca),
+        "POST",
+        path,
+        Some("application/json"),
+        body.to_vec(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&bytes)
+    );
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// The entry for opted-in namespaces (failurePolicy Fail) never answers "not opted in" from doubt: a cache that
+/// does not show the label is checked against the apiserver, and when that fails the Pod is refused.
+#[tokio::test]
+async fn opted_in_entry_never_skips_from_doubt() {
+    let b = bundle();
+    let unlabelled = Some(NamespaceInfo::named("webhook-demo"));
+    let opted_in = server::OPTED_IN_PATH;
+
+    // Stale cache, apiserver has the label: injected, after one fetch. The other entry trusts the cache.
+    let cache = LaggingCache::new(unlabelled.clone(), Ok(Some("daemonset")));
+    let r = start_with(
+        ServeOptions::new(local(), TlsSource::Fixed(material(&b))),
+        cache.clone(),
+    )
+    .await;
+    let out = post_path(&r, &b.ca_cert_pem, opted_in, FIXTURE.as_bytes()).await;
+    assert_eq!(
+        out["response"]["auditAnnotations"]["reason"],
+        "injected_daemonset"
+    );
+    assert_eq!(cache.fetches(), 1);
+    let out = post_path(&r, &b.ca_cert_pem, "/mutate", FIXTURE.as_bytes()).await;
+    assert_eq!(
+        out["response"]["auditAnnotations"]["reason"],
+        "not_opted_in"
+    );
+    assert_eq!(cache.fetches(), 1);
+    r.shutdown().await.unwrap();
+
+    // Apiserver unreachable (or the namespace gone): refused with 503 on the opted-in entry, with a message
+    // that says why; the other entry lets the Pod through unlabelled, as its Ignore policy would.
+    for apiserver in [Err("connection refused"), Ok(None)] {
+        for cached in [unlabelled.clone(), None] {
+            let cache = LaggingCache::new(cached.clone(), apiserver);
+            let r = start_with(
+                ServeOptions::new(local(), TlsSource::Fixed(material(&b))),
+                cache.clone(),
+            )
+            .await;
+            let out = post_path(&r, &b.ca_cert_pem, opted_in, FIXTURE.as_bytes()).await;
+            let resp = &out["response"];
+            assert_eq!(resp["uid"], fixture()["request"]["uid"]);
+            assert_eq!(resp["allowed"], false, "{cached:?} {apiserver:?}: {resp}");
+            assert_eq!(resp["status"]["code"], 503);
+            assert_eq!(resp["auditAnnotations"]["reason"], "namespace_unreadable");
+            let message = resp["status"]["message"].as_str().unwrap();
+            assert!(
+                message.contains("\"webhook-demo\"")
+                    && message.contains(apiserver.err().unwrap_or("does not exist")),
+                "{message}"
+            );
+            let out = post_path(&r, &b.ca_cert_pem, "/mutate", FIXTURE.as_bytes()).await;
+            assert_eq!(out["response"]["allowed"], true);
+            assert_eq!(
+                out["response"]["auditAnnotations"]["reason"],
+                "not_opted_in"
+            );
+            r.shutdown().await.unwrap();
+        }
+    }
+
+    // A cache that shows the opt-in is trusted on both entries: no fetch.
+    let labelled = NamespaceInfo {
+        name: "webhook-demo".into(),
+        injection: Some("enabled".into()),
+        pss_enforce: None,
+    };
+    let cache = LaggingCache::new(Some(labelled), Err("must not be asked"));
+    let r = start_with(
+        ServeOptions::new(local(), TlsSource::Fixed(material(&b))),
+        cache.clone(),
+    )
+    .await;
+    let out = post_path(&r, &b.ca_cert_pem, opted_in, FIXTURE.as_bytes()).await;
+    assert_eq!(
+        out["response"]["auditAnnotations"]["reason"],
+        "injected_daemonset"
+    );
+    assert_eq!(cache.fetches(), 0);
+    r.shutdown().await.unwrap();
 }
 
 #[tokio::test]
 async fn namespace_missing_from_the_cache_is_fetched_not_guessed() {
     let b = bundle();
-    let cache = Arc::new(LaggingCache {
-        fetches: Default::default(),
-    });
+    let cache = LaggingCache::new(None, Ok(Some("daemonset")));
     let r = start_with(
         ServeOptions::new(local(), TlsSource::Fixed(material(&b))),
         cache.clone(),
@@ -1008,7 +1128,7 @@ async fn namespace_missing_from_the_cache_is_fetched_not_guessed() {
         warnings[0].as_str().unwrap().contains("downgraded_pss"),
         "{warnings:?}"
     );
-    assert_eq!(cache.fetches.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(cache.fetches(), 1);
     r.shutdown().await.unwrap();
 }
 
