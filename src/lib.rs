@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod config;
 pub mod decision;
 pub mod inject;
+pub mod limits;
 pub mod lite;
 pub mod metrics;
 pub mod names;

@@ -114,6 +114,11 @@ struct ServeArgs {
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "PDP_INJECTOR_BODY_LIMIT", default_value_t = server::DEFAULT_BODY_LIMIT)]
     body_limit: usize,
+    /// What the webhook may use (Kubernetes quantity: 96Mi): open connections, request bodies held at once and
+    /// per-connection buffers are all derived from it (SECURITY.md, "Memory budget"). Keep it at about 75% of
+    /// the container's memory limit.
+    #[arg(long, env = "PDP_INJECTOR_MEMORY_BUDGET", default_value = "96Mi", value_parser = pdp_injector::limits::parse_size)]
+    memory_budget: u64,
     /// Upper bound on one request (the apiserver's ?timeout= lowers it).
     #[arg(long, env = "PDP_INJECTOR_REQUEST_TIMEOUT", default_value = "10s", value_parser = duration)]
     request_timeout: Duration,
@@ -300,6 +305,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
             config_path: args.config.clone(),
             max_in_flight: args.max_in_flight,
             body_limit: args.body_limit,
+            memory_budget: args.memory_budget,
             handshake_timeout: args.handshake_timeout,
             header_timeout: args.handshake_timeout,
             idle_timeout: args.idle_timeout,

@@ -21,6 +21,7 @@ use tracing::{Instrument, Span, error, info, info_span, warn};
 use crate::admission;
 use crate::config::{Config, ConfigError};
 use crate::decision::{Denial, NamespaceInfo};
+use crate::limits::{self, ConnectionLimit, DEFAULT_MEMORY_BUDGET, MemoryBounds};
 use crate::metrics::{ErrorKind, Metrics};
 use crate::namespaces::NamespaceSource;
 use crate::tls::{self, TlsError, TlsFiles, TlsMaterial};
@@ -49,6 +50,9 @@ pub struct ServeOptions {
     pub max_in_flight: usize,
     /// Largest accepted body.
     pub body_limit: usize,
+    /// What the process may use, in bytes: every bound on connections and buffered bodies derives from it
+    /// ([`MemoryBounds`]).
+    pub memory_budget: u64,
     /// Bound on a TLS handshake.
     pub handshake_timeout: Duration,
     /// Bound on the first request of a connection (slow or partial headers are cut off after it).
@@ -108,6 +112,7 @@ impl ServeOptions {
             config_path: None,
             max_in_flight: 256,
             body_limit: DEFAULT_BODY_LIMIT,
+            memory_budget: DEFAULT_MEMORY_BUDGET,
             handshake_timeout: Duration::from_secs(5),
             header_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(150),
@@ -133,6 +138,9 @@ pub enum ServeError {
     /// The config is unusable.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The memory budget cannot hold what serving needs.
+    #[error("{0}")]
+    Budget(String),
     /// The address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -157,6 +165,10 @@ pub struct AppState {
     /// cannot take the permits that finished requests need.
     readers: Arc<Semaphore>,
     body_limit: usize,
+    /// Bytes of request bodies held at once, across all requests.
+    body_budget: Arc<Semaphore>,
+    bounds: MemoryBounds,
+    connections: ConnectionLimit,
     request_timeout: Duration,
 }
 
@@ -239,6 +251,9 @@ pub async fn start(
     };
     let loaded = tls::build(&material)?;
     let rustls_config = RustlsConfig::from_config(loaded.config);
+    let bounds = MemoryBounds::from_budget(options.memory_budget, options.body_limit)
+        .map_err(ServeError::Budget)?;
+    let connections = ConnectionLimit::new(bounds.connections);
 
     let state = Arc::new(AppState {
         config: RwLock::new(Arc::new(config)),
@@ -251,23 +266,37 @@ pub async fn start(
             options.max_in_flight.max(1).saturating_mul(4),
         )),
         body_limit: options.body_limit,
+        body_budget: Arc::new(Semaphore::new(bounds.body_bytes)),
+        bounds,
+        connections: connections.clone(),
         request_timeout: options.request_timeout,
     });
     state.metrics.set_cert_expiry(loaded.not_after);
 
     let app = router(state.clone());
     let handle: Handle<SocketAddr> = Handle::new();
-    let acceptor =
-        RustlsAcceptor::new(rustls_config.clone()).handshake_timeout(options.handshake_timeout);
+    // The connection limit applies before the TLS handshake, so a refused connection costs no handshake.
+    let acceptor = RustlsAcceptor::new(rustls_config.clone())
+        .handshake_timeout(options.handshake_timeout)
+        .acceptor(connections);
     let mut server = axum_server::bind(options.listen)
         .acceptor(acceptor)
         .handle(handle.clone())
         .first_request_timeout(options.header_timeout);
-    server
-        .http_builder()
+    let builder = server.http_builder();
+    builder
         .http1()
         .header_read_timeout(Some(options.idle_timeout.max(options.header_timeout)))
+        .max_buf_size(limits::HTTP1_READ_BUFFER)
         .keep_alive(true);
+    // HTTP/2 (the apiserver's choice): what a client may make the server buffer before the handler reads.
+    builder
+        .http2()
+        .initial_stream_window_size(bounds.h2_stream_window)
+        .initial_connection_window_size(bounds.h2_connection_window)
+        .max_concurrent_streams(bounds.h2_streams)
+        .max_header_list_size(bounds.h2_header_list)
+        .max_send_buf_size(bounds.h2_stream_window as usize);
     let server = tokio::spawn(server.serve(app.into_make_service()));
     let Some(addr) = handle.listening().await else {
         let source = match server.await {
@@ -282,7 +311,13 @@ pub async fn start(
     };
     state.bound.store(true, Ordering::SeqCst);
     state.metrics.set_ready(state.ready().is_ok());
-    info!(%addr, "listening (TLS 1.2/1.3)");
+    info!(
+        %addr,
+        memory_budget_mib = bounds.budget / (1024 * 1024),
+        max_connections = bounds.connections,
+        body_budget_mib = bounds.body_bytes / (1024 * 1024),
+        "listening (TLS 1.2/1.3)"
+    );
 
     let reloader = tokio::spawn(reload_loop(
         state.clone(),
@@ -434,12 +469,59 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    use std::fmt::Write as _;
+    let mut text = state.metrics.render();
+    let b = &state.bounds;
+    let in_use = b.body_bytes - state.body_budget.available_permits();
+    for (name, kind, help, value) in [
+        (
+            "pdp_injector_memory_budget_bytes",
+            "gauge",
+            "The memory budget every bound derives from (--memory-budget).",
+            b.budget,
+        ),
+        (
+            "pdp_injector_connections_open",
+            "gauge",
+            "Open connections.",
+            state.connections.open() as u64,
+        ),
+        (
+            "pdp_injector_connections_max",
+            "gauge",
+            "Open connections allowed by the memory budget.",
+            b.connections as u64,
+        ),
+        (
+            "pdp_injector_connections_refused_total",
+            "counter",
+            "Connections closed at once because the connection bound was reached.",
+            state.connections.refused(),
+        ),
+        (
+            "pdp_injector_request_body_bytes_held",
+            "gauge",
+            "Bytes of request bodies held now, across all requests.",
+            in_use as u64,
+        ),
+        (
+            "pdp_injector_request_body_bytes_max",
+            "gauge",
+            "Bytes of request bodies that may be held at once (beyond: 503).",
+            b.body_bytes as u64,
+        ),
+    ] {
+        let _ = write!(
+            text,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
+        );
+    }
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(),
+        text,
     )
         .into_response()
 }
@@ -496,15 +578,54 @@ impl Drop for InFlight<'_> {
     }
 }
 
-fn too_large(e: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = source {
-        if err.is::<http_body_util::LengthLimitError>() {
-            return true;
+enum BodyError {
+    TooLarge,
+    OverBudget,
+    Read(axum::Error),
+}
+
+/// Reads a body within the size limit and the shared byte budget. A declared length is reserved before the
+/// first byte is read, so a body that cannot fit is refused at once; a body without one reserves as it arrives.
+async fn read_body(
+    state: &AppState,
+    body: &mut Body,
+    declared: Option<usize>,
+) -> Result<(Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>), BodyError> {
+    use http_body_util::BodyExt;
+    let reserve = |n: usize| {
+        let n = u32::try_from(n).map_err(|_| BodyError::TooLarge)?;
+        state
+            .body_budget
+            .clone()
+            .try_acquire_many_owned(n)
+            .map_err(|_| BodyError::OverBudget)
+    };
+    let mut held = match declared {
+        Some(n) if n > state.body_limit => return Err(BodyError::TooLarge),
+        Some(n) => Some(reserve(n)?),
+        None => None,
+    };
+    let mut reserved = declared.unwrap_or(0);
+    let mut buf = Vec::with_capacity(reserved);
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(BodyError::Read)?.into_data() else {
+            continue;
+        };
+        let len = buf.len() + data.len();
+        if len > state.body_limit {
+            return Err(BodyError::TooLarge);
         }
-        source = err.source();
+        if len > reserved {
+            let more = reserve(len - reserved)?;
+            match &mut held {
+                Some(h) => h.merge(more),
+                None => held = Some(more),
+            }
+            reserved = len;
+        }
+        buf.extend_from_slice(&data);
     }
-    false
+    Ok((buf, held))
 }
 
 /// The path of the webhook entry for namespaces labelled to opt in (`failurePolicy: Fail`): the apiserver
@@ -578,17 +699,37 @@ async fn answer(state: &AppState, entry: Entry, request: Request) -> Response {
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > state.body_limit) {
-        state.metrics.error(ErrorKind::PayloadTooLarge);
-        return json_error(StatusCode::PAYLOAD_TOO_LARGE, "body exceeds the size limit");
+    let http2 = request.version() == axum::http::Version::HTTP_2;
+    let mut incoming = request.into_body();
+    // The body's bytes stay accounted in the shared budget until the answer is sent (`_held` lives to the end).
+    let read = read_body(state, &mut incoming, declared).await;
+    if http2 && read.is_err() {
+        // Over HTTP/2, dropping a body the client is still sending resets the stream, and clients (curl, Go's
+        // net/http in the apiserver) then report a stream error instead of our answer: read the rest and throw
+        // it away in the background, bounded in time, so the answer arrives whole. No byte of it is kept.
+        let deadline = state.request_timeout;
+        tokio::spawn(async move {
+            use http_body_util::BodyExt;
+            let _ = tokio::time::timeout(deadline, async {
+                while let Some(Ok(_)) = incoming.frame().await {}
+            })
+            .await;
+        });
     }
-    let body = match axum::body::to_bytes(request.into_body(), state.body_limit).await {
-        Ok(b) => b,
-        Err(e) if too_large(&e) => {
+    let (body, _held) = match read {
+        Ok(read) => read,
+        Err(BodyError::TooLarge) => {
             state.metrics.error(ErrorKind::PayloadTooLarge);
             return json_error(StatusCode::PAYLOAD_TOO_LARGE, "body exceeds the size limit");
         }
-        Err(e) => {
+        Err(BodyError::OverBudget) => {
+            state.metrics.error(ErrorKind::Overloaded);
+            return json_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the memory budget for request bodies is in use; retry",
+            );
+        }
+        Err(BodyError::Read(e)) => {
             state.metrics.error(ErrorKind::BadRequest);
             return json_error(StatusCode::BAD_REQUEST, &format!("cannot read body: {e}"));
         }

@@ -1163,3 +1163,211 @@ async fn the_webhooks_own_namespace_is_never_injected() {
     assert!(out["response"].get("patch").is_none());
     r.shutdown().await.unwrap();
 }
+
+/// An HTTP/2 connection (what the apiserver uses for webhooks), negotiated with ALPN.
+async fn connect_h2(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+) -> hyper::client::conn::http2::SendRequest<Full<Bytes>> {
+    let mut config = (*default_client(ca_pem)).clone();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+/// A review whose Pod carries an annotation of `padding` bytes (a large but legal object).
+fn padded_review(uid: &str, padding: usize) -> Vec<u8> {
+    let mut r: Value = serde_json::from_slice(&annotated("daemonset")).unwrap();
+    r["request"]["uid"] = uid.into();
+    r["request"]["object"]["metadata"]["annotations"]["example.com/padding"] =
+        "x".repeat(padding).into();
+    serde_json::to_vec(&r).unwrap()
+}
+
+/// Over HTTP/2 a body over the limit gets a 413 while the client is still sending, and the stream is not reset
+/// under it: the client finishes its body and sees the answer whole (curl and Go report a reset as a stream
+/// error and drop the answer).
+#[tokio::test]
+async fn early_413_over_http2_does_not_reset_the_stream() {
+    let b = bundle();
+    let r = start(&b).await;
+    let mut config = (*default_client(&b.ca_cert_pem)).clone();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = TcpStream::connect(r.addr).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let (client, conn) = h2::client::handshake(tls).await.unwrap();
+    tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    let body = padded_review("big", 8 * 1024 * 1024);
+    let req = http::Request::post(format!("https://localhost:{}/mutate", r.addr.port()))
+        .header("content-type", "application/json")
+        .header("content-length", body.len())
+        .body(())
+        .unwrap();
+    let (response, mut stream) = client.send_request(req, false).unwrap();
+    let mut chunks = body.chunks(16 * 1024);
+    let first = chunks.next().unwrap();
+    stream
+        .send_data(Bytes::copy_from_slice(first), false)
+        .unwrap();
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // The rest of the body, as flow control allows: no reset from the server on the way.
+    let mut chunks = chunks.peekable();
+    while let Some(chunk) = chunks.next() {
+        stream.reserve_capacity(chunk.len());
+        let mut granted = 0;
+        while granted < chunk.len() {
+            granted = std::future::poll_fn(|cx| stream.poll_capacity(cx))
+                .await
+                .expect("stream still open")
+                .unwrap_or_else(|e| panic!("the server reset the stream: {e}"));
+        }
+        stream
+            .send_data(Bytes::copy_from_slice(chunk), chunks.peek().is_none())
+            .unwrap_or_else(|e| panic!("the server reset the stream: {e}"));
+    }
+    let mut body = response.into_body();
+    let mut answer = Vec::new();
+    while let Some(data) = body.data().await {
+        answer.extend_from_slice(&data.unwrap());
+    }
+    let v: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(v["code"], 413);
+    r.shutdown().await.unwrap();
+}
+
+/// Over HTTP/2 a body over the limit gets a 413 with its JSON error, as over HTTP/1.1, with or without a declared
+/// length; a normal review on the same connection is answered afterwards.
+#[tokio::test]
+async fn body_over_the_limit_gets_413_over_http2() {
+    let b = bundle();
+    let r = start(&b).await;
+    let mut h2 = connect_h2(r.addr, &b.ca_cert_pem).await;
+    for declared in [true, false] {
+        let body = padded_review("big", 8 * 1024 * 1024);
+        let mut req = Request::builder()
+            .method("POST")
+            .uri(format!("https://localhost:{}/mutate", r.addr.port()))
+            .header("content-type", "application/json");
+        if declared {
+            req = req.header("content-length", body.len());
+        }
+        let resp = h2
+            .send_request(req.body(Full::new(Bytes::from(body))).unwrap())
+            .await
+            .unwrap_or_else(|e| panic!("declared length {declared}: no response: {e}"));
+        assert_eq!(
+            resp.status(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "declared {declared}"
+        );
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["code"], 413);
+    }
+    let req = Request::builder()
+        .method("POST")
+        .uri(format!("https://localhost:{}/mutate", r.addr.port()))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(annotated("daemonset"))))
+        .unwrap();
+    let resp = h2.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    r.shutdown().await.unwrap();
+}
+
+/// Request bodies share one byte budget (a sixth of --memory-budget): a body that cannot fit while others are
+/// held gets a fast 503 before any of it is read; once they are answered the budget is free again.
+#[tokio::test]
+async fn request_bodies_share_one_byte_budget() {
+    let b = bundle();
+    let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
+    // 48 MiB: bodies get max(48/6, 7) = 8 MiB at once.
+    options.memory_budget = 48 * 1024 * 1024;
+    let r = start_with(options, Arc::new(NoCluster)).await;
+    let body = padded_review("held", 5 * 1024 * 1024);
+    // Hold 5 MiB: headers and all but the last byte, over HTTP/1.1.
+    let tcp = TcpStream::connect(r.addr).await.unwrap();
+    let mut held = tokio_rustls::TlsConnector::from(default_client(&b.ca_cert_pem))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    held.write_all(
+        format!(
+            "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    held.write_all(&body[..body.len() - 1]).await.unwrap();
+    held.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // A second 5 MiB body does not fit: 503 at once. A small review still does.
+    let started = Instant::now();
+    let (status, bytes) = call(
+        r.addr,
+        default_client(&b.ca_cert_pem),
+        "POST",
+        "/mutate",
+        Some("application/json"),
+        padded_review("refused", 5 * 1024 * 1024),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        String::from_utf8_lossy(&bytes)
+    );
+    assert!(String::from_utf8_lossy(&bytes).contains("memory budget"));
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let (status, _) = post(&r, &b.ca_cert_pem, annotated("daemonset")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, metrics) = get_text(&r, &b.ca_cert_pem, "/metrics").await;
+    let held_bytes: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("pdp_injector_request_body_bytes_held "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(held_bytes, body.len() as u64, "{metrics}");
+
+    // The held body completes and is answered; then the budget is free for the large one.
+    held.write_all(&body[body.len() - 1..]).await.unwrap();
+    held.flush().await.unwrap();
+    let mut answer = vec![0u8; 12];
+    held.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer[9..12], b"200");
+    let (status, _) = call(
+        r.addr,
+        default_client(&b.ca_cert_pem),
+        "POST",
+        "/mutate",
+        Some("application/json"),
+        padded_review("later", 5 * 1024 * 1024),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    r.shutdown().await.unwrap();
+}
