@@ -15,6 +15,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tracing::{info, warn};
 
 use crate::decision::NamespaceInfo;
+use crate::metrics::ClusterCounters;
 use crate::namespaces::{FetchFuture, NamespaceSource};
 
 /// Namespace labels from a reflector over `PartialObjectMeta<Namespace>` (labels only, no specs).
@@ -25,11 +26,12 @@ pub struct ClusterNamespaces {
     client: kube::Client,
     /// Namespaces fetched on a cache miss, until the watch catches up with them.
     fetched: Arc<RwLock<HashMap<String, NamespaceInfo>>>,
+    counters: Arc<ClusterCounters>,
 }
 
 impl ClusterNamespaces {
     /// Starts the watch in the background. `synced()` turns true after the first complete list.
-    pub fn spawn(client: kube::Client) -> Self {
+    pub fn spawn(client: kube::Client, counters: Arc<ClusterCounters>) -> Self {
         // `Api<PartialObjectMeta<_>>` makes metadata-only requests: labels, never specs.
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
         let (store, writer) = reflector::store();
@@ -38,10 +40,12 @@ impl ClusterNamespaces {
             writer,
             watcher::watcher(api, watcher::Config::default()).default_backoff(),
         );
+        let watch_counters = counters.clone();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
                 if let Err(e) = event {
+                    watch_counters.namespace_watch_error();
                     warn!(error = %e, "namespace watch error; retrying with backoff");
                 }
             }
@@ -60,6 +64,7 @@ impl ClusterNamespaces {
             synced,
             client,
             fetched: Arc::default(),
+            counters,
         }
     }
 }
@@ -90,7 +95,9 @@ impl NamespaceSource for ClusterNamespaces {
     fn fetch<'a>(&'a self, name: &'a str) -> FetchFuture<'a> {
         Box::pin(async move {
             let api: Api<Namespace> = Api::all(self.client.clone());
-            match api.get_metadata_opt(name).await {
+            let result = api.get_metadata_opt(name).await;
+            self.counters.namespace_fetch(result.is_ok());
+            match result {
                 Ok(Some(meta)) => {
                     let info = info_of(&meta, name);
                     self.fetched

@@ -279,6 +279,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async {
         let client = connect(args.cluster).await;
+        let counters = Arc::new(pdp_injector::metrics::ClusterCounters::default());
         let tls_source = match files {
             Some(files) => TlsSource::Files(files),
             None if args.self_managed_certs => {
@@ -296,7 +297,12 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
                 settings.client_ca_pem = client_ca_pem;
                 let material = first_certificate(&client, &settings).await;
                 let (tx, rx) = tokio::sync::watch::channel(material);
-                tokio::spawn(selfcerts::keep_reconciling(client, settings, tx));
+                tokio::spawn(selfcerts::keep_reconciling(
+                    client,
+                    settings,
+                    tx,
+                    counters.clone(),
+                ));
                 TlsSource::Watched(rx)
             }
             None => TlsSource::Fixed(self_signed(&args.self_signed_dir, client_ca_pem)?),
@@ -316,10 +322,14 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
             ..ServeOptions::new(args.listen, tls_source)
         };
         options.fit.own_namespace = Some(args.namespace.clone());
+        options.cluster_counters = counters.clone();
         let namespaces: Arc<dyn NamespaceSource> = match &client {
             Some(client) => {
                 options.fit.native_sidecars = cluster::native_sidecars(client).await;
-                Arc::new(cluster::ClusterNamespaces::spawn(client.clone()))
+                Arc::new(cluster::ClusterNamespaces::spawn(
+                    client.clone(),
+                    counters.clone(),
+                ))
             }
             None => Arc::new(NoCluster),
         };

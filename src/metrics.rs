@@ -48,6 +48,50 @@ const BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0,
 ];
 
+/// What the webhook's background work against the cluster counts: the certificate reconcile loop and the
+/// namespace cache. Shared with those tasks; the server renders them.
+#[derive(Debug, Default)]
+pub struct ClusterCounters {
+    cert_reconcile_ok: AtomicU64,
+    cert_reconcile_failed: AtomicU64,
+    secret_watch_errors: AtomicU64,
+    namespace_watch_errors: AtomicU64,
+    namespace_fetch_ok: AtomicU64,
+    namespace_fetch_failed: AtomicU64,
+}
+
+impl ClusterCounters {
+    /// A self-managed certificate reconcile pass succeeded or failed.
+    pub fn cert_reconcile(&self, ok: bool) {
+        if ok {
+            &self.cert_reconcile_ok
+        } else {
+            &self.cert_reconcile_failed
+        }
+        .fetch_add(1, Relaxed);
+    }
+
+    /// The watch of the certificate Secret failed (it retries with backoff).
+    pub fn watch_error(&self) {
+        self.secret_watch_errors.fetch_add(1, Relaxed);
+    }
+
+    /// The namespace watch failed (it retries with backoff).
+    pub fn namespace_watch_error(&self) {
+        self.namespace_watch_errors.fetch_add(1, Relaxed);
+    }
+
+    /// A namespace was fetched from the apiserver because the cache could not answer.
+    pub fn namespace_fetch(&self, ok: bool) {
+        if ok {
+            &self.namespace_fetch_ok
+        } else {
+            &self.namespace_fetch_failed
+        }
+        .fetch_add(1, Relaxed);
+    }
+}
+
 /// All metrics of one process.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -63,6 +107,8 @@ pub struct Metrics {
     cert_reload_ok: AtomicU64,
     cert_reload_failed: AtomicU64,
     ready: AtomicI64,
+    /// Counted by the background tasks.
+    pub cluster: std::sync::Arc<ClusterCounters>,
 }
 
 fn reason_index(reason: Reason) -> usize {
@@ -73,6 +119,14 @@ fn reason_index(reason: Reason) -> usize {
 }
 
 impl Metrics {
+    /// Metrics that also render the counters of the cluster tasks.
+    pub fn with_cluster(cluster: std::sync::Arc<ClusterCounters>) -> Metrics {
+        Metrics {
+            cluster,
+            ..Metrics::default()
+        }
+    }
+
     /// Counts one answered review.
     pub fn review(&self, reason: Reason) {
         self.reasons[reason_index(reason)].fetch_add(1, Relaxed);
@@ -277,6 +331,38 @@ impl Metrics {
         );
         let _ = writeln!(out, "# TYPE pdp_injector_ready gauge");
         let _ = writeln!(out, "pdp_injector_ready {}", self.ready.load(Relaxed));
+        let c = &self.cluster;
+        for (name, help, series) in [
+            (
+                "pdp_injector_certificate_reconciles_total",
+                "Self-managed certificate reconcile passes (Secret and caBundle), by result.",
+                [
+                    ("result=\"success\"", &c.cert_reconcile_ok),
+                    ("result=\"failure\"", &c.cert_reconcile_failed),
+                ],
+            ),
+            (
+                "pdp_injector_namespace_fetches_total",
+                "Namespaces read from the apiserver because the cache could not answer, by result.",
+                [
+                    ("result=\"success\"", &c.namespace_fetch_ok),
+                    ("result=\"failure\"", &c.namespace_fetch_failed),
+                ],
+            ),
+            (
+                "pdp_injector_watch_errors_total",
+                "Errors of the watches the webhook keeps (they retry with backoff), by watched resource.",
+                [
+                    ("resource=\"namespaces\"", &c.namespace_watch_errors),
+                    ("resource=\"secrets\"", &c.secret_watch_errors),
+                ],
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (labels, value) in series {
+                let _ = writeln!(out, "{name}{{{labels}}} {}", value.load(Relaxed));
+            }
+        }
         out
     }
 }

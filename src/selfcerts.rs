@@ -1,20 +1,33 @@
 //! Self-managed certificates (no cert-manager): the CA and serving certificate live in a Secret that every
-//! replica shares. On start and then periodically, each replica loads the Secret, creates it if absent or
-//! renews it before expiry (create-if-absent and resourceVersion-checked replace, so replicas racing each other
-//! converge on one winner), patches `caBundle` into the MutatingWebhookConfiguration, and hands new material to
-//! the TLS reloader: every replica serves the new certificate without a restart.
+//! replica shares. Each replica watches the Secret and reconciles on every change (and at least every
+//! `check_interval`): it creates the Secret if absent or renews it before expiry (create-if-absent and
+//! resourceVersion-checked replace, so replicas racing each other converge on one winner), keeps `caBundle` of
+//! the MutatingWebhookConfiguration in step, and hands new material to the TLS reloader: every replica serves
+//! the new certificate without a restart.
+//!
+//! A CA change never breaks TLS for a replica that has not reloaded yet: `caBundle` holds the union of the
+//! unexpired CAs any replica may still serve with. The Secret's `ca.crt` lists the current CA first and the
+//! retired ones after it, with when each was retired (annotation `pdp-injector.io/retired-cas`); a retired CA
+//! is dropped `retire_after` later (annotation `pdp-injector.io/dropped-cas`), long after every replica has
+//! reloaded. `caBundle` is written with optimistic concurrency as the union of what it holds and the Secret's
+//! CAs, less the dropped ones, so a replica acting on a stale read can add a CA but never remove one that
+//! another replica serves with. A deleted Secret is recreated with the CAs of the current `caBundle` retired
+//! into it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
+use kube::runtime::{WatchStreamExt, watcher};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
+use sha2::Digest;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -38,8 +51,10 @@ pub struct Settings {
     pub ca_days: i64,
     /// Renew when less than this is left, in days.
     pub renew_before_days: i64,
-    /// How often the Secret is checked.
+    /// How often the Secret is checked even when the watch reports nothing (renewal is time-driven).
     pub check_interval: Duration,
+    /// How long a retired CA stays trusted in `caBundle`: far longer than any replica takes to reload.
+    pub retire_after: Duration,
     /// Client CA for mTLS, added to the serving material.
     pub client_ca_pem: Option<Vec<u8>>,
 }
@@ -56,6 +71,7 @@ impl Settings {
             ca_days: 3650,
             renew_before_days: 30,
             check_interval: Duration::from_secs(60),
+            retire_after: Duration::from_secs(600),
             client_ca_pem: None,
         }
     }
@@ -118,6 +134,131 @@ fn has_san(cert_pem: &str, san: &str) -> bool {
         .any(|n| matches!(n, x509_parser::extensions::GeneralName::DNSName(d) if *d == san))
 }
 
+const RETIRED_CAS: &str = "pdp-injector.io/retired-cas";
+const DROPPED_CAS: &str = "pdp-injector.io/dropped-cas";
+/// How many dropped CAs the Secret remembers (a stale replica can re-add only a CA it still knows).
+const DROPPED_KEPT: usize = 32;
+
+/// The certificates of a PEM bundle, one block each, in order; anything else in the text is left out.
+pub fn split_pem(bundle: &str) -> Vec<String> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let mut out = Vec::new();
+    let mut rest = bundle;
+    while let Some(start) = rest.find(BEGIN) {
+        let Some(len) = rest[start..].find(END) else {
+            break;
+        };
+        let end = start + len + END.len();
+        out.push(format!("{}\n", &rest[start..end]));
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// A short SHA-256 of a certificate's DER, to name a CA in the Secret's ledger.
+pub fn fingerprint(cert_pem: &str) -> Option<String> {
+    let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).ok()?;
+    let digest = sha2::Sha256::digest(der.as_ref());
+    Some(digest[..16].iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The CAs of `bundles`, in order, each once, without expired, unreadable or `dropped` ones.
+pub fn ca_union<'a>(
+    bundles: impl IntoIterator<Item = &'a str>,
+    dropped: &BTreeSet<String>,
+    now: i64,
+) -> String {
+    let mut seen = BTreeSet::new();
+    let mut out = String::new();
+    for cert in bundles.into_iter().flat_map(split_pem) {
+        let Some(fp) = fingerprint(&cert) else {
+            continue;
+        };
+        let live = first_cert_expiry(&cert).is_some_and(|e| e > now);
+        if live && !dropped.contains(&fp) && seen.insert(fp) {
+            out.push_str(&cert);
+        }
+    }
+    out
+}
+
+/// What the Secret remembers of CAs that are no longer current: when each was retired, and which were dropped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ledger {
+    /// Fingerprint -> when it was retired (seconds since the epoch); still trusted.
+    pub retired: BTreeMap<String, i64>,
+    /// Fingerprints no longer trusted, newest last.
+    pub dropped: Vec<String>,
+}
+
+impl Ledger {
+    /// Reads the Secret's annotations; an unreadable ledger is an empty one (nothing is dropped early).
+    pub fn of(secret: &Secret) -> Ledger {
+        let notes = secret.metadata.annotations.as_ref();
+        let read = |key: &str| notes.and_then(|a| a.get(key)).map(String::as_str);
+        Ledger {
+            retired: read(RETIRED_CAS)
+                .and_then(|t| serde_json::from_str(t).ok())
+                .unwrap_or_default(),
+            dropped: read(DROPPED_CAS)
+                .and_then(|t| serde_json::from_str(t).ok())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn annotations(&self) -> BTreeMap<String, String> {
+        let mut a = BTreeMap::new();
+        if !self.retired.is_empty() {
+            a.insert(
+                RETIRED_CAS.into(),
+                serde_json::json!(self.retired).to_string(),
+            );
+        }
+        if !self.dropped.is_empty() {
+            a.insert(
+                DROPPED_CAS.into(),
+                serde_json::json!(self.dropped).to_string(),
+            );
+        }
+        a
+    }
+
+    /// The dropped fingerprints as a set.
+    pub fn dropped_set(&self) -> BTreeSet<String> {
+        self.dropped.iter().cloned().collect()
+    }
+
+    /// Records every CA of `bundle` but the current one as retired at `now` (keeping earlier dates).
+    fn retire_all_but(&mut self, bundle: &str, current: &str, now: i64) {
+        for cert in split_pem(bundle) {
+            if let Some(fp) = fingerprint(&cert)
+                && Some(&fp) != fingerprint(current).as_ref()
+            {
+                self.retired.entry(fp).or_insert(now);
+            }
+        }
+    }
+
+    /// Moves the CAs retired at least `after` ago to `dropped`; returns whether any moved.
+    fn drop_due(&mut self, now: i64, after: Duration) -> bool {
+        let after = i64::try_from(after.as_secs()).unwrap_or(i64::MAX);
+        let due: Vec<String> = self
+            .retired
+            .iter()
+            .filter(|(_, at)| now.saturating_sub(**at) >= after)
+            .map(|(fp, _)| fp.clone())
+            .collect();
+        for fp in &due {
+            self.retired.remove(fp);
+            self.dropped.push(fp.clone());
+        }
+        let excess = self.dropped.len().saturating_sub(DROPPED_KEPT);
+        self.dropped.drain(..excess);
+        !due.is_empty()
+    }
+}
+
 /// Decides, without I/O, whether a Secret's certificates can be used at `now` (seconds since the epoch).
 pub fn assess(secret: &Secret, settings: &Settings, now: i64) -> Assessment {
     let renew_at = |expiry: i64| expiry - settings.renew_before_days * 86_400 <= now;
@@ -150,8 +291,10 @@ pub fn assess(secret: &Secret, settings: &Settings, now: i64) -> Assessment {
 /// A serving certificate signed by an existing CA.
 fn sign_with(ca_cert: &str, ca_key: &str, settings: &Settings) -> Result<Bundle, SelfCertError> {
     let key = rcgen::KeyPair::from_pem(ca_key).map_err(certs::CertError::Generate)?;
+    // ca.crt lists the current CA first, then retired ones: sign with the current one.
+    let current = split_pem(ca_cert).into_iter().next().unwrap_or_default();
     let issuer =
-        rcgen::Issuer::from_ca_cert_pem(ca_cert, key).map_err(certs::CertError::Generate)?;
+        rcgen::Issuer::from_ca_cert_pem(&current, key).map_err(certs::CertError::Generate)?;
     let fresh = certs::generate_with_issuer(&settings.sans(), settings.cert_days, &issuer)?;
     Ok(Bundle {
         ca_cert_pem: ca_cert.to_string(),
@@ -161,7 +304,12 @@ fn sign_with(ca_cert: &str, ca_key: &str, settings: &Settings) -> Result<Bundle,
     })
 }
 
-fn secret_of(bundle: &Bundle, settings: &Settings, resource_version: Option<String>) -> Secret {
+fn secret_of(
+    bundle: &Bundle,
+    settings: &Settings,
+    resource_version: Option<String>,
+    ledger: &Ledger,
+) -> Secret {
     let data = BTreeMap::from([
         (
             "ca.crt".to_string(),
@@ -189,6 +337,7 @@ fn secret_of(bundle: &Bundle, settings: &Settings, resource_version: Option<Stri
                 "app.kubernetes.io/managed-by".to_string(),
                 "pdp-injector".to_string(),
             )])),
+            annotations: Some(ledger.annotations()).filter(|a| !a.is_empty()),
             ..Default::default()
         },
         type_: Some("kubernetes.io/tls".into()),
@@ -201,27 +350,66 @@ fn is_status(e: &kube::Error, check: fn(&kube::core::Status) -> bool) -> bool {
     matches!(e, kube::Error::Api(s) if check(s))
 }
 
-/// Loads the Secret, creating or renewing it as needed; returns the serving material and the CA bundle.
+/// What [`ensure_secret`] settled on.
+#[derive(Debug, Clone)]
+pub struct Settled {
+    /// This replica's serving certificate and key.
+    pub material: TlsMaterial,
+    /// The Secret's `ca.crt`: the current CA, then the retired ones still trusted.
+    pub cas: String,
+    /// CAs no longer trusted.
+    pub ledger: Ledger,
+}
+
+/// Loads the Secret, creating or renewing it as needed, and drops retired CAs whose time is up.
+/// `previous_bundle` is the `caBundle` in force: when the Secret has to be created (first install, or deleted),
+/// its CAs stay trusted, retired, since replicas may still serve certificates they signed.
 pub async fn ensure_secret(
     api: &Api<Secret>,
     settings: &Settings,
-) -> Result<(TlsMaterial, String), SelfCertError> {
+    previous_bundle: &str,
+) -> Result<Settled, SelfCertError> {
     const ATTEMPTS: usize = 8;
     for _ in 0..ATTEMPTS {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
         let current = api.get_opt(&settings.secret_name).await?;
-        let (bundle, rv) = match &current {
+        let (bundle, rv, ledger) = match &current {
             None => {
-                let b = certs::generate(&settings.sans(), settings.ca_days, settings.cert_days)?;
-                (b, None)
+                let mut b =
+                    certs::generate(&settings.sans(), settings.ca_days, settings.cert_days)?;
+                let mut ledger = Ledger::default();
+                let kept = ca_union([previous_bundle], &BTreeSet::new(), now);
+                if !kept.is_empty() {
+                    info!(secret = %settings.secret_name, "creating the Secret; the CAs of the current caBundle stay trusted until every replica has reloaded");
+                }
+                ledger.retire_all_but(&kept, &b.ca_cert_pem, now);
+                b.ca_cert_pem = ca_union([b.ca_cert_pem.as_str(), &kept], &BTreeSet::new(), now);
+                (b, None, ledger)
             }
             Some(secret) => {
                 let rv = secret.metadata.resource_version.clone();
+                let mut ledger = Ledger::of(secret);
                 match assess(secret, settings, now) {
-                    Assessment::Valid(material, ca) => return Ok((material, ca)),
+                    Assessment::Valid(material, cas) => {
+                        if !ledger.drop_due(now, settings.retire_after) {
+                            return Ok(Settled {
+                                material,
+                                cas,
+                                ledger,
+                            });
+                        }
+                        info!(secret = %settings.secret_name, "dropping retired CAs");
+                        let b = Bundle {
+                            ca_cert_pem: ca_union([cas.as_str()], &ledger.dropped_set(), now),
+                            ca_key_pem: field(secret, "ca.key").unwrap_or_default(),
+                            cert_pem: String::from_utf8_lossy(&material.cert_pem).into_owned(),
+                            key_pem: String::from_utf8_lossy(&material.key_pem).into_owned(),
+                        };
+                        (b, rv, ledger)
+                    }
                     Assessment::RenewWithCa(ca_cert, ca_key) => {
                         info!(secret = %settings.secret_name, "renewing the serving certificate");
-                        (sign_with(&ca_cert, &ca_key, settings)?, rv)
+                        (sign_with(&ca_cert, &ca_key, settings)?, rv, ledger)
                     }
                     Assessment::Regenerate => {
                         info!(secret = %settings.secret_name, "creating a new CA and serving certificate");
@@ -230,29 +418,23 @@ pub async fn ensure_secret(
                             settings.ca_days,
                             settings.cert_days,
                         )?;
-                        // Keep trusting the old CA while replicas still serve certificates it signed.
-                        if let Some(old) = field(secret, "ca.crt")
-                            .filter(|old| first_cert_expiry(old).is_some_and(|e| e > now))
-                        {
-                            b.ca_cert_pem.push_str(&old);
-                        }
-                        (b, rv)
+                        // Keep trusting the old CAs while replicas still serve certificates they signed.
+                        let old = field(secret, "ca.crt").unwrap_or_default();
+                        let dropped = ledger.dropped_set();
+                        let kept = ca_union([old.as_str(), previous_bundle], &dropped, now);
+                        ledger.retire_all_but(&kept, &b.ca_cert_pem, now);
+                        b.ca_cert_pem = ca_union([b.ca_cert_pem.as_str(), &kept], &dropped, now);
+                        (b, rv, ledger)
                     }
                 }
             }
         };
+        let secret = secret_of(&bundle, settings, rv.clone(), &ledger);
         let result = match rv {
-            None => {
-                api.create(&PostParams::default(), &secret_of(&bundle, settings, None))
+            None => api.create(&PostParams::default(), &secret).await,
+            Some(_) => {
+                api.replace(&settings.secret_name, &PostParams::default(), &secret)
                     .await
-            }
-            Some(rv) => {
-                api.replace(
-                    &settings.secret_name,
-                    &PostParams::default(),
-                    &secret_of(&bundle, settings, Some(rv)),
-                )
-                .await
             }
         };
         match result {
@@ -262,7 +444,11 @@ pub async fn ensure_secret(
                     key_pem: bundle.key_pem.into_bytes(),
                     client_ca_pem: None,
                 };
-                return Ok((material, bundle.ca_cert_pem));
+                return Ok(Settled {
+                    material,
+                    cas: bundle.ca_cert_pem,
+                    ledger,
+                });
             }
             // Another replica created or renewed it first: use theirs.
             Err(e)
@@ -280,18 +466,48 @@ pub async fn ensure_secret(
     ))
 }
 
-/// Writes `ca_bundle` into every webhook of the configuration; returns whether anything changed.
+fn bundle_of(webhook: &k8s_openapi::api::admissionregistration::v1::MutatingWebhook) -> String {
+    webhook
+        .client_config
+        .ca_bundle
+        .as_ref()
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .unwrap_or_default()
+}
+
+/// The CAs of every webhook's `caBundle` (empty when the configuration does not exist yet).
+pub async fn current_ca_bundle(
+    api: &Api<MutatingWebhookConfiguration>,
+    name: &str,
+) -> Result<String, SelfCertError> {
+    Ok(api
+        .get_opt(name)
+        .await?
+        .and_then(|c| c.webhooks)
+        .into_iter()
+        .flatten()
+        .map(|w| bundle_of(&w))
+        .collect())
+}
+
+/// Makes every webhook's `caBundle` the union of what it holds and `cas`, less expired and `dropped` CAs,
+/// written with the resourceVersion it was read at (a conflict re-reads and merges again). Returns whether
+/// anything changed.
 pub async fn ensure_ca_bundle(
     api: &Api<MutatingWebhookConfiguration>,
     name: &str,
-    ca_bundle: &str,
+    cas: &str,
+    dropped: &BTreeSet<String>,
 ) -> Result<bool, SelfCertError> {
     const ATTEMPTS: usize = 8;
     for _ in 0..ATTEMPTS {
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
         let mut config = api.get(name).await?;
+        let held: String = config.webhooks.iter().flatten().map(bundle_of).collect();
+        let want = ca_union([cas, held.as_str()], dropped, now);
         let mut changed = false;
         for webhook in config.webhooks.iter_mut().flatten() {
-            let want = Some(ByteString(ca_bundle.as_bytes().to_vec()));
+            let want = Some(ByteString(want.as_bytes().to_vec()));
             if webhook.client_config.ca_bundle != want {
                 webhook.client_config.ca_bundle = want;
                 changed = true;
@@ -302,7 +518,11 @@ pub async fn ensure_ca_bundle(
         }
         match api.replace(name, &PostParams::default(), &config).await {
             Ok(_) => {
-                info!(webhook_config = name, "caBundle updated");
+                info!(
+                    webhook_config = name,
+                    cas = split_pem(&want).len(),
+                    "caBundle updated"
+                );
                 return Ok(true);
             }
             Err(e) if is_status(&e, kube::core::Status::is_conflict) => continue,
@@ -318,26 +538,68 @@ pub async fn reconcile(
     settings: &Settings,
 ) -> Result<TlsMaterial, SelfCertError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
-    let (material, ca) = ensure_secret(&secrets, settings).await?;
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    ensure_ca_bundle(&webhooks, &settings.webhook_config, &ca).await?;
+    let previous = current_ca_bundle(&webhooks, &settings.webhook_config).await?;
+    let settled = ensure_secret(&secrets, settings, &previous).await?;
+    ensure_ca_bundle(
+        &webhooks,
+        &settings.webhook_config,
+        &settled.cas,
+        &settled.ledger.dropped_set(),
+    )
+    .await?;
     Ok(TlsMaterial {
         client_ca_pem: settings.client_ca_pem.clone(),
-        ..material
+        ..settled.material
     })
 }
 
-/// Runs [`reconcile`] every `check_interval`, publishing new material; errors are logged and retried, never
-/// fatal (the server keeps its current certificate).
+/// Watches the Secret and runs [`reconcile`] on every change to it (another replica renewed it, someone deleted
+/// it) and at least every `check_interval`, publishing new material; errors are counted, logged and retried,
+/// never fatal (the server keeps its current certificate).
 pub async fn keep_reconciling(
     client: kube::Client,
     settings: Settings,
     tx: watch::Sender<TlsMaterial>,
+    counters: std::sync::Arc<crate::metrics::ClusterCounters>,
 ) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
+    let config =
+        watcher::Config::default().fields(&format!("metadata.name={}", settings.secret_name));
+    let (changed_tx, changed_rx) = tokio::sync::mpsc::channel::<()>(1);
+    {
+        let counters = counters.clone();
+        tokio::spawn(async move {
+            let stream = watcher::watcher(secrets, config).default_backoff();
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    // A full channel already holds a wake-up: nothing is lost.
+                    Ok(_) => {
+                        let _ = changed_tx.try_send(());
+                    }
+                    Err(e) => {
+                        counters.watch_error();
+                        warn!(error = %e, "certificate Secret watch error; retrying with backoff");
+                    }
+                }
+            }
+        });
+    }
+    let mut changed_rx = Some(changed_rx);
     loop {
-        tokio::time::sleep(settings.check_interval).await;
+        match &mut changed_rx {
+            Some(rx) => {
+                tokio::select! {
+                    woke = rx.recv() => if woke.is_none() { changed_rx = None },
+                    _ = tokio::time::sleep(settings.check_interval) => {}
+                }
+            }
+            None => tokio::time::sleep(settings.check_interval).await,
+        }
         match reconcile(&client, &settings).await {
             Ok(material) => {
+                counters.cert_reconcile(true);
                 tx.send_if_modified(|current| {
                     if *current == material {
                         false
@@ -347,7 +609,10 @@ pub async fn keep_reconciling(
                     }
                 });
             }
-            Err(e) => warn!(error = %e, "self-managed certificates: reconcile failed; will retry"),
+            Err(e) => {
+                counters.cert_reconcile(false);
+                warn!(error = %e, "self-managed certificates: reconcile failed; will retry");
+            }
         }
     }
 }

@@ -70,6 +70,8 @@ pub struct ServeOptions {
     pub shutdown_grace: Duration,
     /// What the config must be adapted to in this cluster.
     pub fit: ClusterFit,
+    /// Counted by the background tasks against the cluster (certificates, namespaces); rendered in /metrics.
+    pub cluster_counters: Arc<crate::metrics::ClusterCounters>,
 }
 
 /// Facts about the cluster that adapt every config, the first and each reloaded one.
@@ -121,6 +123,7 @@ impl ServeOptions {
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(25),
             fit: ClusterFit::default(),
+            cluster_counters: Arc::default(),
         }
     }
 }
@@ -258,7 +261,7 @@ pub async fn start(
     let state = Arc::new(AppState {
         config: RwLock::new(Arc::new(config)),
         namespaces,
-        metrics: Metrics::default(),
+        metrics: Metrics::with_cluster(options.cluster_counters.clone()),
         bound: AtomicBool::new(false),
         shutting_down: AtomicBool::new(false),
         permits: Arc::new(Semaphore::new(options.max_in_flight.max(1))),

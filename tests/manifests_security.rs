@@ -80,7 +80,7 @@ fn rbac_is_least_privilege() {
                 s(&[""]),
                 s(&["secrets"]),
                 s(&["pdp-injector-tls"]),
-                s(&["get", "update", "patch"])
+                s(&["get", "list", "watch", "update", "patch"])
             ),
         ]
     );

@@ -278,9 +278,11 @@ async fn a_stale_resource_version_is_a_conflict_and_the_winner_is_used() {
         .unwrap_err();
     assert!(matches!(err, kube::Error::Api(s) if s.is_conflict()));
     // ensure_secret itself re-reads after a conflict and returns what is stored.
-    let (material, _) = selfcerts::ensure_secret(&api, &settings()).await.unwrap();
+    let settled = selfcerts::ensure_secret(&api, &settings(), "")
+        .await
+        .unwrap();
     assert_eq!(
-        material.cert_pem,
+        settled.material.cert_pem,
         stored_secret(&world).data.unwrap()["tls.crt"].0
     );
 }
@@ -335,4 +337,173 @@ fn assessment_of_broken_secrets() {
         ),
         Assessment::Regenerate
     );
+}
+
+fn stored_bundle(world: &Mutex<World>) -> String {
+    let mwc: MutatingWebhookConfiguration =
+        serde_json::from_value(world.lock().unwrap().objects[MWC].clone()).unwrap();
+    let bundles: Vec<Vec<u8>> = mwc
+        .webhooks
+        .unwrap()
+        .into_iter()
+        .map(|w| w.client_config.ca_bundle.unwrap().0)
+        .collect();
+    assert!(
+        bundles.windows(2).all(|w| w[0] == w[1]),
+        "webhooks with different caBundles"
+    );
+    String::from_utf8(bundles[0].clone()).unwrap()
+}
+
+/// Whether some CA of `bundle` signed `cert_pem`: what the apiserver checks when it dials the webhook.
+fn trusted_by(cert_pem: &[u8], bundle: &str) -> bool {
+    selfcerts::split_pem(bundle)
+        .iter()
+        .any(|ca| chains_to(cert_pem, ca))
+}
+
+fn secret_cas(world: &Mutex<World>) -> String {
+    String::from_utf8(stored_secret(world).data.unwrap()["ca.crt"].0.clone()).unwrap()
+}
+
+/// Someone deletes the Secret: the next pass creates a new CA, and the old CA stays in caBundle (and in the
+/// Secret, retired) so that replicas still serving the old certificate keep passing the apiserver's TLS check.
+#[tokio::test]
+async fn a_deleted_secret_is_recreated_and_the_old_ca_stays_trusted() {
+    let (client, world) = fake();
+    let old = selfcerts::reconcile(&client, &settings()).await.unwrap();
+    let old_ca = secret_cas(&world);
+    world.lock().unwrap().objects.remove(SECRET);
+
+    let new = selfcerts::reconcile(&client, &settings()).await.unwrap();
+    assert_ne!(new.cert_pem, old.cert_pem);
+    let bundle = stored_bundle(&world);
+    assert_eq!(selfcerts::split_pem(&bundle).len(), 2, "{bundle}");
+    assert!(
+        trusted_by(&old.cert_pem, &bundle),
+        "the old certificate is no longer trusted"
+    );
+    assert!(trusted_by(&new.cert_pem, &bundle));
+    // The Secret lists the new CA first (it signs), the old one retired.
+    let cas = selfcerts::split_pem(&secret_cas(&world));
+    assert_eq!(cas.len(), 2);
+    assert!(chains_to(&new.cert_pem, &cas[0]));
+    assert_eq!(cas[1], old_ca);
+    let ledger = selfcerts::Ledger::of(&stored_secret(&world));
+    assert_eq!(
+        ledger.retired.keys().cloned().collect::<Vec<_>>(),
+        vec![selfcerts::fingerprint(&old_ca).unwrap()]
+    );
+}
+
+/// Two replicas find the CA expiring at the same moment and both generate a new one: one write wins, the other
+/// replica takes the winner's material, and caBundle ends up trusting the old CA and the winner's.
+#[tokio::test]
+async fn two_replicas_rotating_the_ca_at_once_keep_every_served_certificate_trusted() {
+    let (client, world) = fake();
+    let mut short = settings();
+    short.ca_days = 100;
+    let old = selfcerts::reconcile(&client, &short).await.unwrap();
+    // A CA with 100 days left is within a 365-day renewal window: both replicas regenerate.
+    let mut rotating = settings();
+    rotating.ca_days = 3650;
+    rotating.cert_days = 3000;
+    rotating.renew_before_days = 365;
+    {
+        let mut w = world.lock().unwrap();
+        w.gate = Some(Arc::new(tokio::sync::Barrier::new(2)));
+        w.gated = 2;
+    }
+    let spawn = |settings: Settings| {
+        let client = client.clone();
+        tokio::spawn(async move { selfcerts::reconcile(&client, &settings).await })
+    };
+    let (a, b) = (spawn(rotating.clone()), spawn(rotating.clone()));
+    let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
+    assert_eq!(a, b, "replicas serve different certificates");
+    assert!(
+        world.lock().unwrap().conflicts >= 1,
+        "the race did not happen"
+    );
+    let bundle = stored_bundle(&world);
+    assert!(trusted_by(&old.cert_pem, &bundle), "the old CA was dropped");
+    assert!(trusted_by(&a.cert_pem, &bundle));
+    assert_eq!(selfcerts::split_pem(&bundle).len(), 2, "{bundle}");
+
+    // A replica acting on what it read before the rotation writes only the old CA: the union keeps the new one.
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let old_cas = selfcerts::split_pem(&bundle)
+        .into_iter()
+        .find(|ca| chains_to(&old.cert_pem, ca))
+        .unwrap();
+    selfcerts::ensure_ca_bundle(&api, "pdp-injector", &old_cas, &Default::default())
+        .await
+        .unwrap();
+    assert!(trusted_by(&a.cert_pem, &stored_bundle(&world)));
+}
+
+/// A retired CA leaves caBundle `retire_after` later, and a replica still acting on an older read cannot bring
+/// it back for longer than one pass.
+#[tokio::test]
+async fn retired_cas_are_dropped_in_time_and_stay_dropped() {
+    let (client, world) = fake();
+    let old = selfcerts::reconcile(&client, &settings()).await.unwrap();
+    let old_ca = secret_cas(&world);
+    world.lock().unwrap().objects.remove(SECRET);
+    let mut quick = settings();
+    quick.retire_after = std::time::Duration::ZERO;
+    let new = selfcerts::reconcile(&client, &quick).await.unwrap();
+    assert!(trusted_by(&old.cert_pem, &stored_bundle(&world)));
+
+    // The next pass finds the retirement due: out of the Secret and of caBundle, remembered as dropped.
+    let again = selfcerts::reconcile(&client, &quick).await.unwrap();
+    assert_eq!(again, new);
+    let bundle = stored_bundle(&world);
+    assert!(!trusted_by(&old.cert_pem, &bundle), "{bundle}");
+    assert!(trusted_by(&new.cert_pem, &bundle));
+    assert_eq!(selfcerts::split_pem(&secret_cas(&world)).len(), 1);
+    let ledger = selfcerts::Ledger::of(&stored_secret(&world));
+    assert!(ledger.retired.is_empty());
+    assert_eq!(
+        ledger.dropped,
+        vec![selfcerts::fingerprint(&old_ca).unwrap()]
+    );
+
+    // A stale replica that knows the drop cannot re-add the CA; one that does not know it re-adds it only until
+    // the next pass of any replica.
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let changed = selfcerts::ensure_ca_bundle(&api, "pdp-injector", &old_ca, &ledger.dropped_set())
+        .await
+        .unwrap();
+    assert!(!changed);
+    selfcerts::ensure_ca_bundle(&api, "pdp-injector", &old_ca, &Default::default())
+        .await
+        .unwrap();
+    assert!(trusted_by(&old.cert_pem, &stored_bundle(&world)));
+    selfcerts::reconcile(&client, &quick).await.unwrap();
+    assert!(!trusted_by(&old.cert_pem, &stored_bundle(&world)));
+}
+
+#[test]
+fn ca_union_dedups_orders_and_drops_expired() {
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let sans = pdp_injector::certs::service_sans("pdp-injector", "pdp-system");
+    let a = pdp_injector::certs::generate(&sans, 3650, 90)
+        .unwrap()
+        .ca_cert_pem;
+    let b = pdp_injector::certs::generate(&sans, 10, 5)
+        .unwrap()
+        .ca_cert_pem;
+    let joined = format!("{a}{b}");
+    let union = selfcerts::ca_union(
+        [b.as_str(), joined.as_str(), "junk"],
+        &Default::default(),
+        now,
+    );
+    assert_eq!(selfcerts::split_pem(&union), vec![b.clone(), a.clone()]);
+    // 20 days on, b has expired.
+    let later = selfcerts::ca_union([union.as_str()], &Default::default(), now + 20 * 86_400);
+    assert_eq!(selfcerts::split_pem(&later), vec![a.clone()]);
+    let dropped = [selfcerts::fingerprint(&a).unwrap()].into_iter().collect();
+    assert_eq!(selfcerts::ca_union([union.as_str()], &dropped, now), b);
 }
