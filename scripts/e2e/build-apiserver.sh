@@ -2,11 +2,21 @@
 # Builds (once per machine) a real kube-apiserver from Debian bookworm's `kubernetes` source package and makes
 # sure etcd, Go and the helpers are installed. Prints the path of the cached binary on its last stdout line.
 #
+#   build-apiserver.sh [COMPONENT...]
+#
+# With arguments (cmd/ names of the same source tree: kube-apiserver, kubelet, kube-controller-manager,
+# kube-scheduler, kube-proxy, ...), makes sure each is cached as $E2E_CACHE_DIR/<component>-<version> and prints
+# their paths, one per line, in the order given. The missing ones are built together in ONE `make WHAT="cmd/a
+# cmd/b ..."` (they share most compiled packages). The Go build cache is kept in $E2E_CACHE_DIR/gocache-<version>
+# (the source tree is always unpacked at the same path), so a later build of other components of the same source
+# version reuses what an earlier one compiled. Concurrent runs wait for each other (flock on the cache directory).
+#
 # Exit codes: 0 ok; 3 = prerequisites unavailable (no apt, no source package, build failed): the caller reports
 # the tier as SKIPPED (loudly) or failed.
 #
 # Environment:
 #   E2E_CACHE_DIR        cache directory (default /var/cache/pdp-injector-e2e)
+#   E2E_EXTRA_PKGS       more Debian packages to install (same apt path, no service started); scripts/node uses it
 #   E2E_KUBE_SRC_VERSION Debian source version to build, without the Debian revision (default
 #                        1.20.5+really1.20.2: upstream 1.20.2; the revision, e.g. -1.1+deb12u1, is whatever
 #                        bookworm serves, and is recorded next to the cached binary)
@@ -15,8 +25,12 @@ set -euo pipefail
 CACHE_DIR=${E2E_CACHE_DIR:-/var/cache/pdp-injector-e2e}
 SRC_VERSION=${E2E_KUBE_SRC_VERSION:-1.20.5+really1.20.2}
 UPSTREAM=${SRC_VERSION##*really}           # 1.20.2
-BIN="$CACHE_DIR/kube-apiserver-$UPSTREAM"
 LOG="$CACHE_DIR/build-$UPSTREAM.log"
+COMPONENTS=("$@")
+[ ${#COMPONENTS[@]} -gt 0 ] || COMPONENTS=(kube-apiserver)
+for c in "${COMPONENTS[@]}"; do
+    case "$c" in */*|""|.*) echo "[build-apiserver] not a component name: $c" >&2; exit 2 ;; esac
+done
 
 log() { printf '[build-apiserver] %s\n' "$*" >&2; }
 unavailable() { log "UNAVAILABLE: $*"; exit 3; }
@@ -51,14 +65,27 @@ need_pkgs() {  # install the Debian packages among "$@" that are missing
 
 # Runtime needs: etcd (the apiserver's store) and openssl (certs). kubectl comes with the machine image; if it is
 # missing, the cached build includes one (see below).
-need_pkgs etcd-server openssl
+need_pkgs etcd-server openssl ${E2E_EXTRA_PKGS:-}
 
-if [ -x "$BIN" ] && "$BIN" --version >/dev/null 2>&1; then
-    log "cached: $BIN ($("$BIN" --version))"
-    echo "$BIN"; exit 0
+cached() { [ -x "$CACHE_DIR/$1-$UPSTREAM" ] && "$CACHE_DIR/$1-$UPSTREAM" --version >/dev/null 2>&1; }
+missing_components() { local c; for c in "${COMPONENTS[@]}"; do cached "$c" || echo "$c"; done; }
+print_paths() { local c; for c in "${COMPONENTS[@]}"; do echo "$CACHE_DIR/$c-$UPSTREAM"; done; }
+
+if [ -z "$(missing_components)" ]; then
+    for c in "${COMPONENTS[@]}"; do log "cached: $CACHE_DIR/$c-$UPSTREAM ($("$CACHE_DIR/$c-$UPSTREAM" --version))"; done
+    print_paths; exit 0
 fi
 
-log "no cached kube-apiserver $UPSTREAM: building it from Debian's source package kubernetes=$SRC_VERSION (5-10 min on 2 cores)"
+# One build at a time per cache directory (the source tree and the Go cache are shared); whoever waited re-checks.
+exec 9>"$CACHE_DIR/.build.lock"
+if ! flock -n 9; then
+    log "another build holds $CACHE_DIR/.build.lock: waiting for it"
+    flock 9
+fi
+mapfile -t MISSING < <(missing_components)
+if [ ${#MISSING[@]} -eq 0 ]; then print_paths; exit 0; fi
+
+log "not cached: ${MISSING[*]} $UPSTREAM: building from Debian's source package kubernetes=$SRC_VERSION (5-10 min on 2 cores)"
 need_pkgs golang-go golang-github-modern-go-reflect2-dev rsync dpkg-dev make
 
 # deb-src for bookworm main, with the same signed-by keyring as the existing binary entry.
@@ -104,17 +131,26 @@ done
 find "$R_OLD" -type f -exec touch -d "@$stamp" {} +
 
 export GOPATH="$WORK/gopath" GOCACHE="$WORK/gocache" GO111MODULE=off GOPROXY=off GOFLAGS= GOTOOLCHAIN=local
-log "make WHAT=cmd/kube-apiserver (log: $LOG)"
+# The Go build cache outlives the tree (unpacked at the same path every time, so its entries match): building
+# more components of this source version later recompiles only what they add. Kubernetes' build scripts set
+# GOCACHE=_output/local/go/cache themselves, so that path is made a link to the kept cache.
+mkdir -p "$CACHE_DIR/gocache-$UPSTREAM" "$TREE/_output/local/go"
+ln -sfn "$CACHE_DIR/gocache-$UPSTREAM" "$TREE/_output/local/go/cache"
+what=$(printf 'cmd/%s ' "${MISSING[@]}"); what=${what% }
+log "make WHAT=\"$what\" (log: $LOG)"
 start=$(date +%s)
-if ! ( cd "$TREE" && nice -n 10 make WHAT="cmd/kube-apiserver" >"$LOG" 2>&1 ); then
+if ! ( cd "$TREE" && nice -n 10 make WHAT="$what" >"$LOG" 2>&1 ); then
     tail -30 "$LOG" >&2
-    unavailable "kube-apiserver build failed (log: $LOG)"
+    unavailable "build of ${MISSING[*]} failed (log: $LOG)"
 fi
-log "built in $(( $(date +%s) - start ))s"
-out=$(ls "$TREE"/_output/bin/kube-apiserver "$TREE"/_output/local/bin/*/*/kube-apiserver 2>/dev/null | head -1)
-[ -x "$out" ] || unavailable "build produced no kube-apiserver"
-install -m 0755 "$out" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
-echo "kubernetes source package $DEB_VERSION, reflect2 replaced by Debian's $(dpkg-query -W -f='${Version}' golang-github-modern-go-reflect2-dev), $(go version)" >"$BIN.source"
+log "built ${MISSING[*]} in $(( $(date +%s) - start ))s"
+for c in "${MISSING[@]}"; do
+    out=$(ls "$TREE/_output/bin/$c" "$TREE"/_output/local/bin/*/*/"$c" 2>/dev/null | head -1)
+    [ -x "$out" ] || unavailable "build produced no $c"
+    bin="$CACHE_DIR/$c-$UPSTREAM"
+    install -m 0755 "$out" "$bin.tmp" && mv "$bin.tmp" "$bin"
+    echo "kubernetes source package $DEB_VERSION, reflect2 replaced by Debian's $(dpkg-query -W -f='${Version}' golang-github-modern-go-reflect2-dev), $(go version)" >"$bin.source"
+    log "cached: $bin ($("$bin" --version))"
+done
 rm -rf "$WORK"
-log "cached: $BIN ($("$BIN" --version))"
-echo "$BIN"
+print_paths

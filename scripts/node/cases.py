@@ -6,12 +6,17 @@ really run (scripts/node/cluster.sh up), the test client (scripts/node/pdpclient
 
 Installs `kubectl apply -k manifests/overlays/k8s-1.20` (unless --skip-install and it is there), waits for the
 webhook (self-managed certificates: its Secret and caBundle) and the PDP DaemonSet, then runs the cases. Output:
-one `PASS name` or `FAIL name: why` per case, each followed by its figures (`  name: ...`), then
-`N passed, M failed`; exit status 1 if any failed. Progress on stderr, prefixed [node].
+one `PASS name` or `FAIL name: why` per case, each followed by its figures (indented), then `N passed, M failed`;
+exit status 1 if any failed. Progress on stderr, prefixed [node].
+
+NODE_KNOWN_FAILURES="case ..." names cases that fail for a reason written down in scripts/node/README.md ("Known
+failures"): such a case still runs and prints `XFAIL name: why` (not counted as failed); if it passes, it prints
+`XPASS name` and counts as failed, so that the list is kept true.
 """
 import argparse
 import base64
 import json
+import os
 import re
 import secrets
 import subprocess
@@ -480,11 +485,20 @@ def _():
     figure(f"  scaled back: injecting again {time.monotonic() - t:.1f}s after scale-up")
 
 
+def pems(text):
+    return re.findall(r"-----BEGIN CERTIFICATE-----[^-]+-----END CERTIFICATE-----", text)
+
+
+def first_pem(text):
+    found = pems(text)
+    return found[0] if found else text.strip()
+
+
 @case("certificate-secret-deleted-recreated-cabundle-follows")
 def _():
     ns = namespace("cert", {"pdp-injector.io/injection": "enabled"})
     old = get("secret", "pdp-injector-tls", "pdp-system")
-    old_ca = base64.b64decode(old["data"]["ca.crt"]).decode()
+    old_ca = first_pem(base64.b64decode(old["data"]["ca.crt"]).decode())
     old_bundles = webhook_ca_bundles()
     kubectl("-n", "pdp-system", "delete", "secret", "pdp-injector-tls")
     t = time.monotonic()
@@ -496,11 +510,11 @@ def _():
             s = get("secret", "pdp-injector-tls", "pdp-system")
             if s:
                 seen["secret"] = now
-                seen["new_ca"] = base64.b64decode(s["data"]["ca.crt"]).decode()
+                seen["new_ca"] = first_pem(base64.b64decode(s["data"]["ca.crt"]).decode())
         if "secret" in seen and "bundle" not in seen:
             b = webhook_ca_bundles()
-            if b and b != old_bundles and all(base64.b64decode(x).decode().strip() == seen["new_ca"].strip() or
-                                              seen["new_ca"].strip() in base64.b64decode(x).decode() for x in b):
+            # the current CA is in both webhooks' caBundle (next to retired ones, if the webhook keeps them)
+            if b and b != old_bundles and all(seen["new_ca"] in pems(base64.b64decode(x).decode()) for x in b):
                 seen["bundle"] = now
         # Go on creating Pods for 75 s after caBundle changed (longer than the replicas' 60 s check interval).
         return ("bundle" in seen and now - seen["bundle"] > 75) or now > 200
@@ -540,7 +554,10 @@ def main():
         return 1
     for l in FIGURES:
         print(l)
-    passed = failed = 0
+    passed = failed = xfailed = 0
+    known = set(os.environ.get("NODE_KNOWN_FAILURES", "").split())
+    for name in known - {n for n, _ in CASES}:
+        log(f"NODE_KNOWN_FAILURES names no case {name!r}")
     for name, fn in CASES:
         if args.filters and not any(f in name for f in args.filters):
             continue
@@ -549,15 +566,23 @@ def main():
         log(f"--- {name}")
         try:
             fn()
-            print(f"PASS {name} ({time.monotonic() - t:.0f}s)")
-            passed += 1
+            if name in known:
+                print(f"XPASS {name} ({time.monotonic() - t:.0f}s): listed in NODE_KNOWN_FAILURES but passed")
+                failed += 1
+            else:
+                print(f"PASS {name} ({time.monotonic() - t:.0f}s)")
+                passed += 1
         except Fail as e:
             msg = str(e)
             head, _, detail = msg.partition("\n")
-            print(f"FAIL {name} ({time.monotonic() - t:.0f}s): {head}")
+            if name in known:
+                print(f"XFAIL {name} ({time.monotonic() - t:.0f}s): {head}")
+                xfailed += 1
+            else:
+                print(f"FAIL {name} ({time.monotonic() - t:.0f}s): {head}")
+                failed += 1
             if detail:
                 log(detail)
-            failed += 1
         except Exception as e:  # noqa: BLE001
             print(f"FAIL {name} ({time.monotonic() - t:.0f}s): harness error: {one_line(e, 600)}")
             log(traceback.format_exc())
@@ -566,7 +591,8 @@ def main():
             print(l)
         sys.stdout.flush()
     cleanup()
-    print(f"{passed} passed, {failed} failed ({time.monotonic() - t0:.0f}s)")
+    print(f"{passed} passed, {failed} failed" + (f", {xfailed} known failures (XFAIL)" if known else "")
+          + f" ({time.monotonic() - t0:.0f}s)")
     return 1 if failed else 0
 
 

@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -161,7 +162,12 @@ def images(args):
 
     def webhook():
         layer = Layer()
-        layer.file("usr/local/bin/pdp-injector", args.pdp_injector)
+        # A debug build carries ~200 MB of debug info: the image gets a copy without it (strip --strip-debug).
+        binary = args.out_dir / "pdp-injector.stripped"
+        shutil.copyfile(args.pdp_injector, binary)
+        if shutil.which("strip"):
+            subprocess.run(["strip", "--strip-debug", str(binary)], check=True)
+        layer.file("usr/local/bin/pdp-injector", binary)
         for lib in shared_libs(args.pdp_injector):
             layer.file(lib, os.path.realpath(lib))
         layer.dir("tmp", 0o1777)
