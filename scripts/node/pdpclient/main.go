@@ -8,8 +8,10 @@
 //
 // Each check asks for view (expected EFFECT_ALLOW) and delete (expected EFFECT_DENY).
 //
-//	pdpclient check [--sleep]       one round over every wired path, first attempt only (no retry); exit 1 if a
-//	                                wired path failed or answered wrong; --sleep: then sleep forever (a Deployment)
+//	pdpclient check [--sleep] [--wait D]
+//	                                one round over every wired path, first attempt only (unless --wait: retry for
+//	                                up to D); exit 1 if a wired path failed or answered wrong; --sleep: then sleep
+//	                                forever (a Deployment)
 //	pdpclient watch [--interval D]  check every D (default 100ms) over tcp and socket, forever; prints every
 //	                                failure and, every second, `summary PATH ok=N fail=N longest_gap_ms=N ...`
 //
@@ -297,6 +299,7 @@ func verdict(got map[string]string) error {
 func cmdCheck(args []string) int {
 	fs := flag.NewFlagSet("check", flag.ExitOnError)
 	sleep := fs.Bool("sleep", false, "sleep forever afterwards")
+	wait := fs.Duration("wait", 0, "retry each path (every 200 ms) until it answers right or this much time passed")
 	_ = fs.Parse(args)
 	host, _ := os.LookupEnv("CERBOS_PDP_HOST")
 	fmt.Printf("env CERBOS_PDP_HOST=%q CERBOS_PDP_ADDR=%q CERBOS_PDP_SOCKET=%q uid=%d\n",
@@ -309,13 +312,30 @@ func cmdCheck(args []string) int {
 	}
 	for _, p := range ps {
 		start := time.Now()
-		got, err := p.check("check-" + p.name)
-		if err == nil {
-			err = verdict(got)
+		attempts := 0
+		var got map[string]string
+		var err error
+		for {
+			attempts++
+			got, err = p.check("check-" + p.name)
+			if err == nil {
+				err = verdict(got)
+			}
+			if err == nil || time.Since(start) >= *wait {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 		ms := time.Since(start).Milliseconds()
+		if attempts > 1 {
+			fmt.Printf("RETRIED %s %d attempts over %d ms\n", p.name, attempts, ms)
+		}
 		if err != nil {
-			fmt.Printf("FAIL %s %s first attempt: %v (%d ms)\n", p.name, p.target, err, ms)
+			what := "first attempt"
+			if attempts > 1 {
+				what = fmt.Sprintf("after %d attempts", attempts)
+			}
+			fmt.Printf("FAIL %s %s %s: %v (%d ms)\n", p.name, p.target, what, err, ms)
 			rc = 1
 		} else {
 			fmt.Printf("OK %s %s view=%s delete=%s (%d ms)\n", p.name, p.target, got["view"], got["delete"], ms)
