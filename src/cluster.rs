@@ -26,12 +26,12 @@ pub struct ClusterNamespaces {
     client: kube::Client,
     /// Namespaces fetched on a cache miss, until the watch catches up with them.
     fetched: Arc<RwLock<HashMap<String, NamespaceInfo>>>,
-    counters: Arc<ClusterCounters>,
+    counters: ClusterCounters,
 }
 
 impl ClusterNamespaces {
     /// Starts the watch in the background. `synced()` turns true after the first complete list.
-    pub fn spawn(client: kube::Client, counters: Arc<ClusterCounters>) -> Self {
+    pub fn spawn(client: kube::Client, counters: ClusterCounters) -> Self {
         // `Api<PartialObjectMeta<_>>` makes metadata-only requests: labels, never specs.
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
         let (store, writer) = reflector::store();

@@ -14,10 +14,10 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use axum_server::accept::Accept;
+use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -117,34 +117,26 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// An acceptor that holds one permit per open connection and closes, before the TLS handshake, a connection
 /// for which there is none. Clones share the count.
 #[derive(Debug, Clone)]
-pub struct ConnectionLimit(Arc<Slots>);
-
-#[derive(Debug)]
-struct Slots {
+pub struct ConnectionLimit {
     limit: usize,
     free: Arc<Semaphore>,
-    refused: AtomicU64,
+    refused: Counter,
 }
 
 impl ConnectionLimit {
-    /// At most `connections` at once.
-    pub fn new(connections: usize) -> Self {
+    /// At most `connections` at once; `refused` counts the connections closed over the limit.
+    pub fn new(connections: usize, refused: Counter) -> Self {
         let limit = connections.max(1);
-        ConnectionLimit(Arc::new(Slots {
+        ConnectionLimit {
             limit,
             free: Arc::new(Semaphore::new(limit)),
-            refused: AtomicU64::new(0),
-        }))
+            refused,
+        }
     }
 
     /// Connections open now.
     pub fn open(&self) -> usize {
-        self.0.limit - self.0.free.available_permits()
-    }
-
-    /// Connections closed because the limit was reached, since the start.
-    pub fn refused(&self) -> u64 {
-        self.0.refused.load(Ordering::Relaxed)
+        self.limit - self.free.available_permits()
     }
 }
 
@@ -154,7 +146,7 @@ impl<I, S> Accept<I, S> for ConnectionLimit {
     type Future = std::future::Ready<io::Result<(Limited<I>, S)>>;
 
     fn accept(&self, stream: I, service: S) -> Self::Future {
-        std::future::ready(match self.0.free.clone().try_acquire_owned() {
+        std::future::ready(match self.free.clone().try_acquire_owned() {
             Ok(permit) => Ok((
                 Limited {
                     inner: stream,
@@ -163,7 +155,7 @@ impl<I, S> Accept<I, S> for ConnectionLimit {
                 service,
             )),
             Err(_) => {
-                self.0.refused.fetch_add(1, Ordering::Relaxed);
+                self.refused.inc();
                 Err(io::Error::other("connection limit reached"))
             }
         })
@@ -230,13 +222,13 @@ mod tests {
 
     #[test]
     fn small_budgets_are_refused_with_the_minimum() {
-        let err = MemoryBounds::from_budget(32 * MIB, 7 * 1024 * 1024).unwrap_err();
+        let err = MemoryBounds::from_budget(24 * MIB, 7 * 1024 * 1024).unwrap_err();
         assert!(
             err.contains("at least 32 MiB") || err.contains("at least 3"),
             "{err}"
         );
         // One largest body always fits, even when a sixth of the budget is less.
-        let b = MemoryBounds::from_budget(48 * MIB, 7 * 1024 * 1024).unwrap();
+        let b = MemoryBounds::from_budget(40 * MIB, 7 * 1024 * 1024).unwrap();
         assert_eq!(b.body_bytes, 7 * 1024 * 1024);
     }
 

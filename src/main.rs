@@ -279,7 +279,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async {
         let client = connect(args.cluster).await;
-        let counters = Arc::new(pdp_injector::metrics::ClusterCounters::default());
+        let counters = pdp_injector::metrics::ClusterCounters::default();
         let tls_source = match files {
             Some(files) => TlsSource::Files(files),
             None if args.self_managed_certs => {

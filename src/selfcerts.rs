@@ -561,7 +561,7 @@ pub async fn keep_reconciling(
     client: kube::Client,
     settings: Settings,
     tx: watch::Sender<TlsMaterial>,
-    counters: std::sync::Arc<crate::metrics::ClusterCounters>,
+    counters: crate::metrics::ClusterCounters,
 ) {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
     let config =

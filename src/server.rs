@@ -71,7 +71,7 @@ pub struct ServeOptions {
     /// What the config must be adapted to in this cluster.
     pub fit: ClusterFit,
     /// Counted by the background tasks against the cluster (certificates, namespaces); rendered in /metrics.
-    pub cluster_counters: Arc<crate::metrics::ClusterCounters>,
+    pub cluster_counters: crate::metrics::ClusterCounters,
 }
 
 /// Facts about the cluster that adapt every config, the first and each reloaded one.
@@ -123,7 +123,7 @@ impl ServeOptions {
             drain_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(25),
             fit: ClusterFit::default(),
-            cluster_counters: Arc::default(),
+            cluster_counters: Default::default(),
         }
     }
 }
@@ -256,12 +256,22 @@ pub async fn start(
     let rustls_config = RustlsConfig::from_config(loaded.config);
     let bounds = MemoryBounds::from_budget(options.memory_budget, options.body_limit)
         .map_err(ServeError::Budget)?;
-    let connections = ConnectionLimit::new(bounds.connections);
+    let metrics = Metrics::with_cluster(options.cluster_counters.clone());
+    let connections = ConnectionLimit::new(
+        bounds.connections,
+        metrics.capacity.connections_refused.clone(),
+    );
+    let capacity = &metrics.capacity;
+    capacity
+        .memory_budget_bytes
+        .set(i64::try_from(bounds.budget).unwrap_or(i64::MAX));
+    capacity.connections_max.set(bounds.connections as i64);
+    capacity.body_bytes_max.set(bounds.body_bytes as i64);
 
     let state = Arc::new(AppState {
         config: RwLock::new(Arc::new(config)),
         namespaces,
-        metrics: Metrics::with_cluster(options.cluster_counters.clone()),
+        metrics,
         bound: AtomicBool::new(false),
         shutting_down: AtomicBool::new(false),
         permits: Arc::new(Semaphore::new(options.max_in_flight.max(1))),
@@ -472,59 +482,16 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    use std::fmt::Write as _;
-    let mut text = state.metrics.render();
-    let b = &state.bounds;
-    let in_use = b.body_bytes - state.body_budget.available_permits();
-    for (name, kind, help, value) in [
-        (
-            "pdp_injector_memory_budget_bytes",
-            "gauge",
-            "The memory budget every bound derives from (--memory-budget).",
-            b.budget,
-        ),
-        (
-            "pdp_injector_connections_open",
-            "gauge",
-            "Open connections.",
-            state.connections.open() as u64,
-        ),
-        (
-            "pdp_injector_connections_max",
-            "gauge",
-            "Open connections allowed by the memory budget.",
-            b.connections as u64,
-        ),
-        (
-            "pdp_injector_connections_refused_total",
-            "counter",
-            "Connections closed at once because the connection bound was reached.",
-            state.connections.refused(),
-        ),
-        (
-            "pdp_injector_request_body_bytes_held",
-            "gauge",
-            "Bytes of request bodies held now, across all requests.",
-            in_use as u64,
-        ),
-        (
-            "pdp_injector_request_body_bytes_max",
-            "gauge",
-            "Bytes of request bodies that may be held at once (beyond: 503).",
-            b.body_bytes as u64,
-        ),
-    ] {
-        let _ = write!(
-            text,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
-        );
-    }
+    let capacity = &state.metrics.capacity;
+    capacity
+        .connections_open
+        .set(state.connections.open() as i64);
+    capacity
+        .body_bytes_held
+        .set((state.bounds.body_bytes - state.body_budget.available_permits()) as i64);
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        state.metrics.render(),
     )
         .into_response()
 }
@@ -685,7 +652,9 @@ async fn mutate(State(state): State<Arc<AppState>>, entry: Entry, request: Reque
             warn!(?deadline, "request did not complete within its deadline");
             json_error(StatusCode::GATEWAY_TIMEOUT, "request timed out")
         });
-    state.metrics.observe(started.elapsed());
+    state
+        .metrics
+        .observe(started.elapsed(), response.status() == StatusCode::OK);
     response
 }
 

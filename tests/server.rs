@@ -288,7 +288,7 @@ async fn reviews_over_https() {
         "{text}"
     );
     assert!(
-        text.contains("pdp_injector_request_duration_seconds_count 8\n"),
+        text.contains("pdp_injector_request_duration_seconds_count{result=\"review\"} 8\n"),
         "{text}"
     );
     assert!(text.contains("pdp_injector_ready 1\n"));
