@@ -7,16 +7,27 @@
 #   3. cert-manager documents (Certificate, Issuer), for which kubernetes-validate has no schema, get a
 #      structural check instead: required fields, and every reference (issuerRef, CA Secret,
 #      cert-manager.io/inject-ca-from, the webhook's TLS Secret) resolves inside the rendered overlay.
-#   4. Every namespaced object names its namespace (nothing lands in `default` by accident), and no object
-#      appears twice.
+#   4. Every namespaced object names its namespace (nothing lands in `default` by accident), no cluster-scoped
+#      one does, and no object appears twice.
+#   4a. References the schema cannot check: a Pod template's priorityClassName names a PriorityClass of the
+#      overlay (or a system one; user-defined values at most 1000000000, never globalDefault), every
+#      ValidatingAdmissionPolicy has a binding that denies, and every NetworkPolicy selects the Pods of a
+#      workload in its namespace and opens only ports that those Pods declare.
+#   4b. Every ValidatingAdmissionPolicy (the guard on the webhook's own MutatingWebhookConfiguration) is compiled
+#      and evaluated with cel-expr-python (the CEL C++ runtime, with the optional-types extension Kubernetes
+#      enables) on ~80 updates of the rendered pdp-injector configuration, defaulted as the apiserver stores it:
+#      the webhook's ServiceAccount changing caBundle only is allowed; changing, adding or removing any other
+#      field of any webhook, a webhook, or the metadata is denied; other users and other objects are not
+#      affected. An offline evaluation, not an apiserver: Kubernetes' typed objects and list-type semantics are
+#      approximated by plain maps and lists.
 #   5. If a pdp-injector binary is available (PDP_INJECTOR_BIN, or target/{release,debug}/pdp-injector; this
 #      script never builds one), the rendered config.yaml is loaded by the real parser, and a sample opted-in
 #      Pod is injected with it to check that the daemonset wiring (address port, socket path) matches the
 #      cerbos-pdp DaemonSet of the same overlay. Without a binary this step is reported as skipped.
 #
 # Usage: scripts/validate-manifests.sh [overlay...]   (default: every overlay). Run from anywhere.
-# Needs: kubectl (with its built-in kustomize), python3; installs kubernetes-validate==1.37.0 with pip if
-# missing. Exits non-zero on any failure.
+# Needs: kubectl (with its built-in kustomize), python3 (3.11+); installs kubernetes-validate==1.37.0 and
+# cel-expr-python==0.1.3 with pip if missing. Exits non-zero on any failure.
 set -euo pipefail
 
 K8S_VERSION="1.33.0"
@@ -36,6 +47,11 @@ command -v python3 >/dev/null 2>&1 || die "python3 not found"
 if ! python3 -c 'import kubernetes_validate, yaml' >/dev/null 2>&1; then
   echo "installing kubernetes-validate==${KV_VERSION} (pip)"
   python3 -m pip install --quiet "kubernetes-validate==${KV_VERSION}" || die "cannot install kubernetes-validate"
+fi
+CEL_VERSION="0.1.3"
+if ! python3 -c 'from cel_expr_python import cel; from cel_expr_python.ext.ext_optional import ExtOptional' >/dev/null 2>&1; then
+  echo "installing cel-expr-python==${CEL_VERSION} (pip)"
+  python3 -m pip install --quiet "cel-expr-python==${CEL_VERSION}" || die "cannot install cel-expr-python (needs Python 3.11+)"
 fi
 kv_installed="$(python3 -c 'from kubernetes_validate.version import __version__ as v; print(v)')"
 if [[ "$kv_installed" != "$KV_VERSION" ]]; then
@@ -73,7 +89,8 @@ import yaml
 CLUSTER_SCOPED = {
     "Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration", "PriorityClass", "CustomResourceDefinition", "ClusterIssuer",
-    "StorageClass", "RuntimeClass", "PersistentVolume",
+    "StorageClass", "RuntimeClass", "PersistentVolume", "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 }
 ISSUER_TYPES = ("selfSigned", "ca", "acme", "vault", "venafi")
 SAN_FIELDS = ("dnsNames", "ipAddresses", "uris", "emailAddresses", "commonName", "otherNames")
@@ -225,12 +242,16 @@ def wiring(outdir, binary):
                      "annotations": {"pdp-injector.io/inject": "daemonset"}},
         "spec": {"containers": [{"name": "app", "image": "example.invalid/app:1"}]},
     }
+    # The node's socket is a hostPath, mounted only where Pod Security allows it: the namespace says privileged
+    # (an unlabelled one counts as the config's defaultPodSecurityLevel, baseline, and gets TCP only).
+    namespace = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": "demo", "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}}
     res = subprocess.run([binary, "inject", "--config", os.path.join(outdir, "config.yaml"), "-f", "-"],
-                         input=yaml.safe_dump(pod), capture_output=True, text=True)
+                         input=yaml.safe_dump_all([namespace, pod]), capture_output=True, text=True)
     if res.returncode != 0:
         print(f"  error: pdp-injector inject failed: {res.stderr.strip()}", file=sys.stderr)
         return 1
-    out = [d for d in yaml.safe_load_all(res.stdout) if d][0]
+    out = [d for d in yaml.safe_load_all(res.stdout) if d and d.get("kind") == "Pod"][0]
     app = out["spec"]["containers"][0]
     env = {e["name"]: e for e in app.get("env") or []}
     errors = []
@@ -259,6 +280,274 @@ def wiring(outdir, binary):
     return 1 if errors else 0
 
 
+SYSTEM_PRIORITY_CLASSES = {"system-cluster-critical", "system-node-critical"}
+
+
+def refs(outdir):
+    """References that the schema cannot check: a Pod template's priorityClassName names a PriorityClass of the
+    overlay (or a system one), a ValidatingAdmissionPolicyBinding names a policy of the overlay and denies, a
+    NetworkPolicy selects the Pods of a workload in its namespace and opens only ports those Pods listen on."""
+    docs = load(os.path.join(outdir, "rendered.yaml"))
+    errors, notes = [], []
+    classes = {d["metadata"]["name"] for d in docs if d.get("kind") == "PriorityClass"}
+    for d in docs:
+        pc = ((d.get("spec") or {}).get("template") or {}).get("spec", {}).get("priorityClassName")
+        if pc and pc not in classes | SYSTEM_PRIORITY_CLASSES:
+            errors.append(f"{ident(d)}: priorityClassName {pc} is no PriorityClass of the overlay")
+    for d in docs:
+        if d.get("kind") == "PriorityClass":
+            v = d.get("value", 0)
+            if not 0 < v <= 1000000000:
+                errors.append(f"{ident(d)}: value {v} (user-defined classes: at most 1000000000)")
+            if d.get("globalDefault"):
+                errors.append(f"{ident(d)}: globalDefault would give every Pod of the cluster this class")
+    policies = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "ValidatingAdmissionPolicy"}
+    bound = set()
+    for d in docs:
+        if d.get("kind") == "ValidatingAdmissionPolicyBinding":
+            name = d["spec"].get("policyName")
+            if name not in policies:
+                errors.append(f"{ident(d)}: policyName {name} is no ValidatingAdmissionPolicy of the overlay")
+            if "Deny" not in (d["spec"].get("validationActions") or []):
+                errors.append(f"{ident(d)}: validationActions without Deny")
+            bound.add(name)
+    for name in policies:
+        if name not in bound:
+            errors.append(f"ValidatingAdmissionPolicy/{name}: no binding, so it is never enforced")
+    pods = []  # (namespace, labels, container ports)
+    for d in docs:
+        tmpl = (d.get("spec") or {}).get("template")
+        if d.get("kind") in ("Deployment", "DaemonSet", "StatefulSet") and tmpl:
+            ports = {(p.get("protocol", "TCP"), p["containerPort"]) for c in tmpl["spec"].get("containers", [])
+                     for p in c.get("ports") or []}
+            pods.append((d["metadata"]["namespace"], (tmpl.get("metadata") or {}).get("labels") or {}, ports, ident(d)))
+    for d in docs:
+        if d.get("kind") != "NetworkPolicy":
+            continue
+        ns = d["metadata"]["namespace"]
+        sel = d["spec"].get("podSelector") or {}
+        if sel.get("matchExpressions"):
+            errors.append(f"{ident(d)}: podSelector.matchExpressions is not checked by this script")
+            continue
+        want = sel.get("matchLabels") or {}
+        selected = [p for p in pods if p[0] == ns and all(p[1].get(k) == v for k, v in want.items())]
+        if not selected:
+            errors.append(f"{ident(d)}: podSelector {want} selects no Pod of the overlay in {ns}")
+            continue
+        listening = set().union(*(p[2] for p in selected))
+        for rule in d["spec"].get("ingress") or []:
+            for port in rule.get("ports") or []:
+                key = (port.get("protocol", "TCP"), port.get("port"))
+                if key not in listening:
+                    errors.append(f"{ident(d)}: ingress port {key} is not a port of {', '.join(p[3] for p in selected)}")
+        notes.append(f"{ident(d)} selects {', '.join(p[3] for p in selected)}")
+    for e in errors:
+        print(f"  error: {e}", file=sys.stderr)
+    print("; ".join(notes) if notes else "no NetworkPolicy")
+    return 1 if errors else 0
+
+
+# --- The ValidatingAdmissionPolicy guarding the webhook's own registration, evaluated offline. -----------------
+
+GUARD_USER = "system:serviceaccount:pdp-system:pdp-injector"
+CEL_VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject", "authorizer", "variables")
+
+
+def defaulted(mwc):
+    """The MutatingWebhookConfiguration as the apiserver stores it: defaults filled in, server metadata added,
+    a caBundle already patched in."""
+    import copy
+    o = copy.deepcopy(mwc)
+    o["metadata"].update({"uid": "0f5d0c1e-0000-4000-8000-000000000001", "resourceVersion": "100",
+                          "generation": 2, "creationTimestamp": "2026-01-01T00:00:00Z",
+                          "managedFields": [{"manager": "kubectl", "operation": "Apply"}]})
+    for w in o.get("webhooks") or []:
+        w.setdefault("failurePolicy", "Fail")
+        w.setdefault("matchPolicy", "Equivalent")
+        w.setdefault("namespaceSelector", {})
+        w.setdefault("objectSelector", {})
+        w.setdefault("reinvocationPolicy", "Never")
+        w.setdefault("timeoutSeconds", 10)
+        for r in w.get("rules") or []:
+            r.setdefault("scope", "*")
+        svc = (w.get("clientConfig") or {}).get("service")
+        if svc is not None:
+            svc.setdefault("port", 443)
+        w["clientConfig"]["caBundle"] = "T0xEIENB"
+    return o
+
+
+def mutations(value):
+    """Different values of the same shape (and absence, as None)."""
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int):
+        return [value + 1]
+    if isinstance(value, str):
+        return [value + "x"]
+    if isinstance(value, list):
+        out = [value + [value[0] if value else "x"]]
+        if value:
+            out.append(value[:-1])
+        if len(value) > 1:
+            out.append(list(reversed(value)))
+        return out
+    if isinstance(value, dict):
+        return [dict(value, extra={"matchLabels": {"x": "y"}}), {}] if value else [{"matchLabels": {"x": "y"}}]
+    return ["x"]
+
+
+def guard_cases(old):
+    """(name, user, operation, object name, new object, allowed?)"""
+    import copy
+    cases = []
+
+    def new(change):
+        o = copy.deepcopy(old)
+        change(o)
+        return o
+
+    def rotate(o):
+        for w in o["webhooks"]:
+            w["clientConfig"]["caBundle"] = "TkVXIENB"
+        o["metadata"]["resourceVersion"] = "101"
+        o["metadata"]["managedFields"] = [{"manager": "pdp-injector", "operation": "Update"}]
+    cases.append(("caBundle rotated in every webhook (with new resourceVersion, managedFields)", GUARD_USER, "UPDATE", rotate, True))
+    cases.append(("caBundle of one webhook", GUARD_USER, "UPDATE",
+                  lambda o: o["webhooks"][0]["clientConfig"].update(caBundle="TkVXIENB"), True))
+    cases.append(("nothing changed", GUARD_USER, "UPDATE", lambda o: None, True))
+    for i, w in enumerate(old["webhooks"]):
+        keys = sorted(set(w) | {"matchConditions", "objectSelector", "rules"})
+        for key in keys:
+            if key in ("name", "clientConfig"):
+                continue
+            values = mutations(w[key]) if key in w else [[{"name": "x", "expression": "true"}] if key == "matchConditions" else {"matchLabels": {"x": "y"}}]
+            for n, v in enumerate(values):
+                def change(o, i=i, key=key, v=v):
+                    o["webhooks"][i][key] = copy.deepcopy(v)
+                cases.append((f"webhooks[{i}].{key} changed ({n})", GUARD_USER, "UPDATE", change, False))
+            if key in w:
+                cases.append((f"webhooks[{i}].{key} removed", GUARD_USER, "UPDATE",
+                              lambda o, i=i, key=key: o["webhooks"][i].pop(key), False))
+        cc = w["clientConfig"]
+        if "service" in cc:
+            for f in ("name", "namespace", "path", "port"):
+                cases.append((f"webhooks[{i}].clientConfig.service.{f} changed", GUARD_USER, "UPDATE",
+                              lambda o, i=i, f=f: o["webhooks"][i]["clientConfig"]["service"].update(
+                                  {f: mutations(cc["service"].get(f, "x"))[0]}), False))
+            cases.append((f"webhooks[{i}].clientConfig: url instead of service", GUARD_USER, "UPDATE",
+                          lambda o, i=i: o["webhooks"][i].update(clientConfig={
+                              "url": "https://evil.example.invalid/mutate", "caBundle": "TkVXIENB"}), False))
+            cases.append((f"webhooks[{i}].clientConfig: url added", GUARD_USER, "UPDATE",
+                          lambda o, i=i: o["webhooks"][i]["clientConfig"].update(url="https://evil.example.invalid/"), False))
+        cases.append((f"webhooks[{i}].name changed", GUARD_USER, "UPDATE",
+                      lambda o, i=i: o["webhooks"][i].update(name="other.example.io"), False))
+        cases.append((f"webhooks[{i}] removed", GUARD_USER, "UPDATE", lambda o, i=i: o["webhooks"].pop(i), False))
+    cases.append(("a webhook added", GUARD_USER, "UPDATE",
+                  lambda o: o["webhooks"].append(dict(copy.deepcopy(o["webhooks"][0]), name="extra.example.io")), False))
+    cases.append(("webhooks reordered", GUARD_USER, "UPDATE", lambda o: o["webhooks"].reverse(), len(old["webhooks"]) < 2))
+    cases.append(("all webhooks removed", GUARD_USER, "UPDATE", lambda o: o.pop("webhooks"), False))
+    for field, value in (("labels", {"x": "y"}), ("annotations", {"x": "y"}),
+                         ("ownerReferences", [{"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "1"}]),
+                         ("finalizers", ["example.io/block"])):
+        cases.append((f"metadata.{field} added to", GUARD_USER, "UPDATE",
+                      lambda o, field=field, value=value: o["metadata"].update(
+                          {field: (dict(o["metadata"].get(field) or {}, **value) if isinstance(value, dict) else value)}), False))
+        if field in old["metadata"]:
+            cases.append((f"metadata.{field} removed", GUARD_USER, "UPDATE",
+                          lambda o, field=field: o["metadata"].pop(field), False))
+    # Other users, other objects, other operations: the policy does not apply.
+    weaken = lambda o: [w.update(failurePolicy="Ignore") for w in o["webhooks"]]
+    for user in ("kubernetes-admin", "system:serviceaccount:cert-manager:cert-manager-cainjector",
+                 "system:serviceaccount:pdp-system:default", "system:serviceaccount:other:pdp-injector"):
+        cases.append((f"{user} weakens failurePolicy", user, "UPDATE", weaken, True))
+    out = []
+    for name, user, op, change, allowed in cases:
+        out.append((name, user, op, old["metadata"]["name"], new(change), allowed))
+    out.append(("the ServiceAccount updates another configuration", GUARD_USER, "UPDATE", "someone-else",
+                new(weaken), True))
+    return out
+
+
+def cel_guard(outdir):
+    """Evaluates each ValidatingAdmissionPolicy on the MutatingWebhookConfiguration pdp-injector with a CEL
+    implementation (cel-expr-python, the CEL C++ runtime, with the optional-types extension that Kubernetes
+    enables) against updates the webhook's ServiceAccount may and may not make."""
+    docs = load(os.path.join(outdir, "rendered.yaml"))
+    policies = [d for d in docs if d.get("kind") == "ValidatingAdmissionPolicy"]
+    mwc = [d for d in docs if d.get("kind") == "MutatingWebhookConfiguration" and d["metadata"]["name"] == "pdp-injector"]
+    if not policies:
+        print("no ValidatingAdmissionPolicy in this overlay")
+        return 0
+    if not mwc:
+        print("  error: a ValidatingAdmissionPolicy but no MutatingWebhookConfiguration pdp-injector", file=sys.stderr)
+        return 1
+    from cel_expr_python import cel
+    from cel_expr_python.ext.ext_optional import ExtOptional
+    env = cel.NewEnv(variables={v: cel.Type.DYN for v in CEL_VARIABLES}, extensions=[ExtOptional()])
+    errors = []
+
+    def compiled(expr, where):
+        try:
+            return env.compile(expr)
+        except Exception as e:  # a compile error is a policy the apiserver would refuse
+            errors.append(f"{where}: does not compile: {e}")
+            return None
+
+    def matches(spec, op, group, version, resource, name):
+        for r in (spec.get("matchConstraints") or {}).get("resourceRules") or []:
+            if (op in r.get("operations", []) or "*" in r.get("operations", [])) \
+                    and group in r.get("apiGroups", []) and (version in r.get("apiVersions", []) or "*" in r.get("apiVersions", [])) \
+                    and resource in r.get("resources", []) \
+                    and (not r.get("resourceNames") or name in r["resourceNames"]):
+                return True
+        return False
+
+    old = defaulted(mwc[0])
+    total = 0
+    for policy in policies:
+        spec = policy["spec"]
+        pname = policy["metadata"]["name"]
+        if spec.get("failurePolicy", "Fail") != "Fail":
+            errors.append(f"{pname}: failurePolicy is not Fail")
+        conds = [(c["name"], compiled(c["expression"], f"{pname} matchCondition {c['name']}")) for c in spec.get("matchConditions") or []]
+        variables = [(v["name"], compiled(v["expression"], f"{pname} variable {v['name']}")) for v in spec.get("variables") or []]
+        checks = [(c.get("message", c["expression"]), compiled(c["expression"], f"{pname} validation {n}"))
+                  for n, c in enumerate(spec.get("validations") or [])]
+        if errors:
+            break
+        if not matches(spec, "UPDATE", "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "pdp-injector"):
+            errors.append(f"{pname}: does not match UPDATE of the MutatingWebhookConfiguration pdp-injector")
+            continue
+        for case, user, op, name, new, want in guard_cases(old):
+            total += 1
+            data = {"object": new, "oldObject": old, "params": None, "namespaceObject": None, "authorizer": None,
+                    "request": {"operation": op, "name": name, "userInfo": {"username": user, "groups": ["system:authenticated"]},
+                                "kind": {"group": "admissionregistration.k8s.io", "version": "v1", "kind": "MutatingWebhookConfiguration"}},
+                    "variables": {}}
+            denied = []
+            try:
+                if matches(spec, op, "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", name) \
+                        and all(expr.eval(data=data).plain_value() is True for _, expr in conds):
+                    for vname, expr in variables:
+                        data["variables"][vname] = expr.eval(data=data).plain_value()
+                    for message, expr in checks:
+                        result = expr.eval(data=data).plain_value()
+                        if result is not True:
+                            denied.append(message if result is False else f"evaluation error: {result}")
+            except Exception as e:  # failurePolicy Fail: an error denies
+                denied.append(f"evaluation error: {e}")
+            if (not denied) != want:
+                why = "; ".join(denied)[:200]
+                errors.append(f"{pname}: {case} by {user}: {'denied' if denied else 'allowed'}, expected "
+                              f"{'allowed' if want else 'denied'}{(': ' + why) if why else ''}")
+    for e in errors:
+        print(f"  error: {e}", file=sys.stderr)
+    if not errors:
+        print(f"{len(policies)} ValidatingAdmissionPolicy evaluated on {total} updates of pdp-injector, each allowed or denied as expected")
+    return 1 if errors else 0
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "split":
@@ -267,12 +556,18 @@ if __name__ == "__main__":
         sys.exit(configs(sys.argv[2]))
     if cmd == "wiring":
         sys.exit(wiring(sys.argv[2], sys.argv[3]))
+    if cmd == "refs":
+        sys.exit(refs(sys.argv[2]))
+    if cmd == "cel":
+        sys.exit(cel_guard(sys.argv[2]))
     sys.exit(f"unknown command {cmd}")
 PY
 
 echo "validate-manifests: overlays: ${overlays[*]}"
 echo "  schema: kubernetes-validate ${kv_installed} --strict -k ${K8S_VERSION} (documents without a schema fail)"
 echo "  cert-manager.io documents: structural and reference checks"
+echo "  references (PriorityClass, policy bindings, NetworkPolicy selectors and ports): checked"
+echo "  ValidatingAdmissionPolicy CEL: evaluated offline with cel-expr-python ${CEL_VERSION}"
 if [[ -n "$bin" ]]; then
   echo "  pdp-injector config and daemonset wiring: checked with ${bin}"
 else
@@ -326,6 +621,20 @@ for overlay in "${overlays[@]}"; do
     passed=0
   fi
 
+  refs_note=""
+  if refs_out="$(python3 "$tmp/check.py" refs "$out" 2>"$out/refs.err")"; then
+    refs_note="; references ok (${refs_out})"
+  else
+    cat "$out/refs.err"
+    ok=0
+  fi
+  if cel_out="$(python3 "$tmp/check.py" cel "$out" 2>"$out/cel.err")"; then
+    refs_note="${refs_note}; ${cel_out}"
+  else
+    cat "$out/cel.err"
+    ok=0
+  fi
+
   wiring_note=""
   if [[ -n "$bin" ]]; then
     if python3 "$tmp/check.py" configs "$out" 2>&1; then
@@ -344,7 +653,7 @@ for overlay in "${overlays[@]}"; do
   fi
 
   if [[ $ok -eq 1 ]]; then
-    echo "ok   overlay ${overlay}: ${total} documents (${passed} schema-valid against Kubernetes ${K8S_VERSION}, strict; ${n_cm} cert-manager checked${wiring_note})"
+    echo "ok   overlay ${overlay}: ${total} documents (${passed} schema-valid against Kubernetes ${K8S_VERSION}, strict; ${n_cm} cert-manager checked${refs_note}${wiring_note})"
   else
     echo "FAIL overlay ${overlay}: ${total} documents"
     failed+=("$overlay")

@@ -347,6 +347,7 @@ impl Config {
         let file: ConfigFile = if tree.is_null() {
             ConfigFile::default()
         } else {
+            check_volume_keys(&tree)?;
             serde_path_to_error::deserialize(tree).map_err(|e| ConfigError::Field {
                 path: e.path().to_string(),
                 message: e.inner().to_string(),
@@ -538,21 +539,33 @@ pub fn restricted_security_context(user: Option<i64>) -> SecurityContext {
     }
 }
 
-/// Checks a security context against Pod Security `restricted`; returns what violates it.
+/// SELinux types that Pod Security `baseline` (and so `restricted`) allows on a container, unset included.
+/// `container_engine_t` is allowed only from Kubernetes 1.31 on; the install supports 1.30, where Pod Security
+/// admission refuses it, and a PDP runs no container engine: it is refused here.
+pub const SELINUX_TYPES_ALLOWED: [&str; 4] =
+    ["", "container_t", "container_init_t", "container_kvm_t"];
+
+/// Checks a container security context against Pod Security `restricted` (which includes `baseline`), as the
+/// Pod Security admission plugin would: every control of the Pod Security Standards page that a container's
+/// `securityContext` can break. Returns one message per violation, each naming the field and its value.
 pub fn restricted_violations(sc: &SecurityContext) -> Vec<String> {
     let mut v = Vec::new();
+    // baseline: Privileged Containers.
     if sc.privileged == Some(true) {
         v.push("privileged is true".to_string());
     }
+    // restricted: Privilege Escalation.
     if sc.allow_privilege_escalation != Some(false) {
         v.push("allowPrivilegeEscalation is not false".to_string());
     }
+    // restricted: Running as Non-root, Running as Non-root user.
     if sc.run_as_non_root != Some(true) {
         v.push("runAsNonRoot is not true".to_string());
     }
     if sc.run_as_user == Some(0) {
         v.push("runAsUser is 0".to_string());
     }
+    // restricted: Capabilities (drop ALL, add at most NET_BIND_SERVICE; stricter than baseline's list).
     let caps = sc.capabilities.as_ref();
     let drops_all = caps
         .and_then(|c| c.drop.as_ref())
@@ -560,14 +573,73 @@ pub fn restricted_violations(sc: &SecurityContext) -> Vec<String> {
     if !drops_all {
         v.push("capabilities.drop does not contain ALL".to_string());
     }
-    if let Some(add) = caps.and_then(|c| c.add.as_ref())
-        && add.iter().any(|c| c != "NET_BIND_SERVICE")
-    {
-        v.push("capabilities.add holds more than NET_BIND_SERVICE".to_string());
+    if let Some(add) = caps.and_then(|c| c.add.as_ref()) {
+        let extra: Vec<&str> = add
+            .iter()
+            .map(String::as_str)
+            .filter(|c| *c != "NET_BIND_SERVICE")
+            .collect();
+        if !extra.is_empty() {
+            v.push(format!(
+                "capabilities.add holds {} (only NET_BIND_SERVICE is allowed)",
+                extra.join(", ")
+            ));
+        }
     }
+    // restricted: Seccomp (baseline only forbids Unconfined; restricted requires a profile).
     match sc.seccomp_profile.as_ref().map(|s| s.type_.as_str()) {
         Some("RuntimeDefault") | Some("Localhost") => {}
-        _ => v.push("seccompProfile.type is not RuntimeDefault or Localhost".to_string()),
+        Some(other) => v.push(format!(
+            "seccompProfile.type is {other:?} (allowed: RuntimeDefault, Localhost)"
+        )),
+        None => {
+            v.push("seccompProfile.type is unset (allowed: RuntimeDefault, Localhost)".to_string())
+        }
+    }
+    // baseline: /proc Mount Type.
+    if let Some(mount) = sc.proc_mount.as_deref()
+        && mount != "Default"
+    {
+        v.push(format!(
+            "procMount is {mount:?} (allowed: Default or unset)"
+        ));
+    }
+    // baseline: SELinux (type from a fixed list; user and role never set).
+    if let Some(se) = &sc.se_linux_options {
+        if let Some(t) = se.type_.as_deref()
+            && !SELINUX_TYPES_ALLOWED.contains(&t)
+        {
+            v.push(format!(
+                "seLinuxOptions.type is {t:?} (allowed: unset, \"\", container_t, container_init_t, container_kvm_t)"
+            ));
+        }
+        for (field, value) in [("user", &se.user), ("role", &se.role)] {
+            if let Some(value) = value.as_deref()
+                && !value.is_empty()
+            {
+                v.push(format!(
+                    "seLinuxOptions.{field} is {value:?} (must be unset or \"\")"
+                ));
+            }
+        }
+    }
+    // baseline: AppArmor.
+    if let Some(profile) = &sc.app_armor_profile
+        && !matches!(profile.type_.as_str(), "RuntimeDefault" | "Localhost")
+    {
+        v.push(format!(
+            "appArmorProfile.type is {:?} (allowed: RuntimeDefault, Localhost, or no appArmorProfile)",
+            profile.type_
+        ));
+    }
+    // baseline: HostProcess (Windows).
+    if sc
+        .windows_options
+        .as_ref()
+        .and_then(|w| w.host_process)
+        .unwrap_or(false)
+    {
+        v.push("windowsOptions.hostProcess is true".to_string());
     }
     v
 }
@@ -670,14 +742,14 @@ fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigError> {
             p.socket.file
         ));
     }
+    if let Some(problem) = socket_dir_problem(&p.socket.dir) {
+        return bad(format!("socket.dir {:?} {problem}", p.socket.dir));
+    }
     let mut volume_names = BTreeSet::from([crate::names::VOLUME_SOCKET, crate::names::VOLUME_MTLS]);
     for v in &p.volumes {
         validate_name("volume name", &v.volume.name)?;
-        if v.volume.host_path.is_some() {
-            return bad(format!(
-                "volume {:?} is a hostPath; sidecar volumes must not reach into the node",
-                v.volume.name
-            ));
+        if let Some(problem) = volume_source_problem(&v.volume) {
+            return bad(format!("volume {:?} {problem}", v.volume.name));
         }
         if !volume_names.insert(v.volume.name.as_str()) {
             return bad(format!(
@@ -697,6 +769,183 @@ fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// The volume sources a profile may give its sidecar: data the apiserver or kubelet hands the Pod, nothing that
+/// reaches the node's filesystem (hostPath), network or cluster storage (persistentVolumeClaim, csi, ephemeral,
+/// nfs, iscsi, image, ...), and nothing unknown. Field names as in the Kubernetes Volume.
+pub const PROFILE_VOLUME_KINDS: [&str; 5] = [
+    "configMap",
+    "secret",
+    "emptyDir",
+    "projected",
+    "downwardAPI",
+];
+
+/// What is wrong with a profile volume's source, if anything: it must have exactly one, from
+/// [`PROFILE_VOLUME_KINDS`].
+fn volume_source_problem(volume: &Volume) -> Option<String> {
+    let allowed = PROFILE_VOLUME_KINDS.join(", ");
+    // Every source the typed Volume knows, by its field name: the JSON keys other than `name`.
+    let sources: Vec<String> = match serde_json::to_value(volume) {
+        Ok(serde_json::Value::Object(map)) => map
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| k != "name")
+            .collect(),
+        _ => {
+            return Some(format!(
+                "cannot be read; sidecar volumes may only be {allowed}"
+            ));
+        }
+    };
+    if let Some(kind) = sources
+        .iter()
+        .find(|k| !PROFILE_VOLUME_KINDS.contains(&k.as_str()))
+    {
+        return Some(format!(
+            "is a {kind} volume; sidecar volumes may only be {allowed} (nothing that reaches into the node or \
+             cluster storage)"
+        ));
+    }
+    match sources.len() {
+        1 => None,
+        0 => Some(format!(
+            "has no volume source; sidecar volumes must be one of {allowed}"
+        )),
+        _ => Some(format!(
+            "has several volume sources ({}); a volume has exactly one",
+            sources.join(", ")
+        )),
+    }
+}
+
+/// Keys of profile volumes in the file that the typed Volume would drop silently (an unknown or misspelt
+/// source, or one newer than this build's Kubernetes types): refused, with their path, instead of leaving a
+/// volume without its source.
+fn check_volume_keys(tree: &serde_json::Value) -> Result<(), ConfigError> {
+    let Some(profiles) = tree.get("profiles").and_then(serde_json::Value::as_object) else {
+        return Ok(());
+    };
+    for (name, profile) in profiles {
+        let Some(volumes) = profile.get("volumes").and_then(serde_json::Value::as_array) else {
+            continue;
+        };
+        for (i, v) in volumes.iter().enumerate() {
+            let Some(volume) = v.get("volume").and_then(serde_json::Value::as_object) else {
+                continue;
+            };
+            // The keys the typed Volume keeps; a volume that does not even parse is reported by the
+            // deserializer, with its path, and a known but forbidden source by validate_profile.
+            let Ok(typed) =
+                serde_json::from_value::<Volume>(serde_json::Value::Object(volume.clone()))
+            else {
+                continue;
+            };
+            let kept = serde_json::to_value(&typed).unwrap_or_default();
+            for key in volume.keys() {
+                if kept.get(key).is_none() {
+                    return Err(ConfigError::Field {
+                        path: format!("profiles.{name}.volumes[{i}].volume.{key}"),
+                        message: format!(
+                            "{key:?} is not a volume source this injector knows; sidecar volumes may only be {}",
+                            PROFILE_VOLUME_KINDS.join(", ")
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Directories that hold other directories of their own: `socket.dir` may be below them, never them or above.
+const SOCKET_DIR_PARENTS: [&str; 5] = ["/", "/run", "/var/run", "/var", "/var/lib"];
+
+/// Trees of the node that belong to the system, the kubelet or the container runtime (with its sockets):
+/// `socket.dir` may be none of them, nor above, nor inside one. In daemonset mode `socket.dir` is a hostPath
+/// of the node, mounted into every wired Pod (and created, made writable, by the PDP's DaemonSet).
+/// `/var/run` is a symlink to `/run` on most nodes: both spellings are listed.
+const SOCKET_DIR_SYSTEM_TREES: [&str; 23] = [
+    "/etc",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/boot",
+    "/home",
+    "/root",
+    "/usr",
+    "/var/log",
+    "/var/lib/kubelet",
+    "/var/lib/etcd",
+    "/var/lib/containerd",
+    "/var/lib/containers",
+    "/var/lib/docker",
+    "/run/containerd",
+    "/var/run/containerd",
+    "/run/crio",
+    "/var/run/crio",
+    "/run/docker.sock",
+    "/var/run/docker.sock",
+    "/run/cri-dockerd.sock",
+    "/var/run/cri-dockerd.sock",
+    "/run/dockershim.sock",
+];
+
+/// `path` with duplicate and trailing slashes and `.` segments removed (`//var/./run/` is `/var/run`).
+fn normalise_dir(path: &str) -> String {
+    let segments: Vec<&str> = path
+        .split('/')
+        .filter(|s| !s.is_empty() && *s != ".")
+        .collect();
+    format!("/{}", segments.join("/"))
+}
+
+/// Whether `dir` is a parent of `other` (both normalised).
+fn is_parent(dir: &str, other: &str) -> bool {
+    dir != other && (dir == "/" || other.starts_with(&format!("{dir}/")))
+}
+
+/// What is wrong with `socket.dir` as a node directory, if anything (it is already absolute and without `..`).
+fn socket_dir_problem(dir: &str) -> Option<String> {
+    let norm = normalise_dir(dir);
+    let shown = if norm == dir {
+        String::new()
+    } else {
+        format!(" (that is {norm})")
+    };
+    let hint = "in daemonset mode it is a hostPath of every node, mounted into every wired Pod: use a directory \
+                of the PDP's own, like /var/run/cerbos";
+    let system = || SOCKET_DIR_PARENTS.iter().chain(&SOCKET_DIR_SYSTEM_TREES);
+    if let Some(dir) = system().find(|s| norm == **s) {
+        return Some(
+            format!("{shown} is the node's {dir}; {hint}")
+                .trim_start()
+                .to_string(),
+        );
+    }
+    if let Some(dir) = system().find(|s| is_parent(&norm, s)) {
+        return Some(
+            format!("{shown} contains the node's {dir}; {hint}")
+                .trim_start()
+                .to_string(),
+        );
+    }
+    if let Some(tree) = SOCKET_DIR_SYSTEM_TREES.iter().find(|t| is_parent(t, &norm)) {
+        return Some(
+            format!("{shown} is inside the node's {tree}; {hint}")
+                .trim_start()
+                .to_string(),
+        );
+    }
+    if norm.matches('/').count() < 2 {
+        return Some(
+            format!("{shown} must be at least two levels deep; {hint}")
+                .trim_start()
+                .to_string(),
+        );
+    }
+    None
 }
 
 fn quantity(s: &str) -> Quantity {
@@ -955,6 +1204,308 @@ mod tests {
         }
         let open = SecurityContext::default();
         assert_eq!(restricted_violations(&open).len(), 4);
+    }
+
+    /// A profile `cerbos` whose securityContext is `sc` (YAML flow mapping), laid over the restricted baseline.
+    fn with_security_context(sc: &str) -> Result<Config, ConfigError> {
+        Config::from_yaml(&format!(
+            "profiles:\n  cerbos:\n    securityContext: {sc}\n"
+        ))
+    }
+
+    #[test]
+    fn restricted_checker_refuses_every_container_level_escape() {
+        // Each line: a securityContext that Pod Security admission refuses at `restricted`, and the words the
+        // refusal must contain (the field and its value).
+        let refused = [
+            ("{procMount: Unmasked}", "procMount is \"Unmasked\""),
+            (
+                "{seLinuxOptions: {type: spc_t}}",
+                "seLinuxOptions.type is \"spc_t\"",
+            ),
+            (
+                "{seLinuxOptions: {type: container_engine_t}}",
+                "seLinuxOptions.type is \"container_engine_t\"",
+            ),
+            (
+                "{seLinuxOptions: {type: unconfined_t}}",
+                "seLinuxOptions.type is \"unconfined_t\"",
+            ),
+            (
+                "{seLinuxOptions: {user: system_u}}",
+                "seLinuxOptions.user is \"system_u\"",
+            ),
+            (
+                "{seLinuxOptions: {role: system_r}}",
+                "seLinuxOptions.role is \"system_r\"",
+            ),
+            (
+                "{appArmorProfile: {type: Unconfined}}",
+                "appArmorProfile.type is \"Unconfined\"",
+            ),
+            (
+                "{appArmorProfile: {type: unconfined}}",
+                "appArmorProfile.type is \"unconfined\"",
+            ),
+            (
+                "{windowsOptions: {hostProcess: true}}",
+                "windowsOptions.hostProcess is true",
+            ),
+            (
+                "{capabilities: {drop: [ALL], add: [SYS_ADMIN]}}",
+                "capabilities.add holds SYS_ADMIN",
+            ),
+            (
+                "{capabilities: {drop: [ALL], add: [NET_BIND_SERVICE, NET_RAW]}}",
+                "capabilities.add holds NET_RAW",
+            ),
+            (
+                "{capabilities: {add: [NET_BIND_SERVICE]}}",
+                "capabilities.drop does not contain ALL",
+            ),
+            (
+                "{seccompProfile: {type: Unconfined}}",
+                "seccompProfile.type is \"Unconfined\"",
+            ),
+            ("{privileged: true}", "privileged is true"),
+            ("{runAsUser: 0}", "runAsUser is 0"),
+            ("{runAsNonRoot: false}", "runAsNonRoot is not true"),
+            (
+                "{allowPrivilegeEscalation: true}",
+                "allowPrivilegeEscalation is not false",
+            ),
+        ];
+        for (sc, words) in refused {
+            let err = with_security_context(sc).unwrap_err().to_string();
+            assert!(
+                err.contains(
+                    "profile \"cerbos\": securityContext does not meet Pod Security restricted"
+                ) && err.contains(words),
+                "{sc}: {err}"
+            );
+        }
+        // What restricted allows for the same fields.
+        let allowed = [
+            "{procMount: Default}",
+            "{seLinuxOptions: {type: container_t, level: \"s0:c123,c456\"}}",
+            "{seLinuxOptions: {type: container_init_t}}",
+            "{seLinuxOptions: {type: container_kvm_t, user: \"\", role: \"\"}}",
+            "{seLinuxOptions: {type: \"\"}}",
+            "{seLinuxOptions: {level: s0}}",
+            "{appArmorProfile: {type: RuntimeDefault}}",
+            "{appArmorProfile: {type: Localhost, localhostProfile: k8s-pdp}}",
+            "{windowsOptions: {hostProcess: false, runAsUserName: pdp}}",
+            "{capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}}",
+            "{seccompProfile: {type: Localhost, localhostProfile: pdp.json}}",
+        ];
+        for sc in allowed {
+            let c = with_security_context(sc).unwrap_or_else(|e| panic!("{sc}: {e}"));
+            assert!(restricted_violations(&c.profiles["cerbos"].security_context).is_empty());
+        }
+        // The checker on its own: every violation is reported, not only the first.
+        let sc: SecurityContext = serde_json::from_value(serde_json::json!({
+            "allowPrivilegeEscalation": false, "runAsNonRoot": true, "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"}, "procMount": "Unmasked",
+            "seLinuxOptions": {"type": "spc_t", "user": "u", "role": "r"},
+            "appArmorProfile": {"type": "Unconfined"}, "windowsOptions": {"hostProcess": true}
+        }))
+        .unwrap();
+        assert_eq!(
+            restricted_violations(&sc).len(),
+            6,
+            "{:?}",
+            restricted_violations(&sc)
+        );
+    }
+
+    /// A profile `cerbos` with one sidecar volume `v` of the given source (YAML flow mapping entries).
+    fn with_volume(source: &str) -> Result<Config, ConfigError> {
+        Config::from_yaml(&format!(
+            "profiles:\n  cerbos:\n    volumes:\n    - mountPath: /data\n      volume: {{name: v, {source}}}\n"
+        ))
+    }
+
+    #[test]
+    fn profile_volumes_are_an_allow_list() {
+        for source in [
+            "configMap: {name: policies}",
+            "secret: {secretName: pdp-tls}",
+            "emptyDir: {medium: Memory}",
+            "projected: {sources: [{configMap: {name: a}}, {downwardAPI: {items: [{path: ns, fieldRef: {fieldPath: metadata.namespace}}]}}]}",
+            "downwardAPI: {items: [{path: labels, fieldRef: {fieldPath: metadata.labels}}]}",
+        ] {
+            with_volume(source).unwrap_or_else(|e| panic!("{source}: {e}"));
+        }
+        // Everything that reaches the node, its network or cluster storage is refused, naming the volume, its
+        // kind and the allowed kinds.
+        for (source, kind) in [
+            ("hostPath: {path: /}", "hostPath"),
+            (
+                "persistentVolumeClaim: {claimName: data}",
+                "persistentVolumeClaim",
+            ),
+            ("csi: {driver: secrets-store.csi.k8s.io}", "csi"),
+            (
+                "ephemeral: {volumeClaimTemplate: {spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}}}",
+                "ephemeral",
+            ),
+            ("nfs: {server: nfs.local, path: /exports}", "nfs"),
+            (
+                "iscsi: {targetPortal: 10.0.0.1, iqn: iqn.2001-04.com.example:storage, lun: 0}",
+                "iscsi",
+            ),
+            ("image: {reference: registry.local/policies:1}", "image"),
+            (
+                "gitRepo: {repository: https://example.invalid/p.git}",
+                "gitRepo",
+            ),
+            ("rbd: {monitors: [10.0.0.1], image: pdp}", "rbd"),
+            ("flexVolume: {driver: example/driver}", "flexVolume"),
+        ] {
+            let err = with_volume(source).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!(
+                    "profile \"cerbos\": volume \"v\" is a {kind} volume"
+                )) && err.contains("configMap, secret, emptyDir, projected, downwardAPI"),
+                "{source}: {err}"
+            );
+        }
+        // A source the Volume type does not know (misspelt or newer) is not dropped silently.
+        let err = with_volume("configMap: {name: p}, hostPathh: {path: /}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("profiles.cerbos.volumes[0].volume.hostPathh")
+                && err.contains("configMap, secret, emptyDir, projected, downwardAPI"),
+            "{err}"
+        );
+        // No source at all, or two.
+        let err = Config::from_yaml(
+            "profiles:\n  cerbos:\n    volumes:\n    - mountPath: /data\n      volume: {name: v}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("volume \"v\" has no volume source"), "{err}");
+        let err = with_volume("configMap: {name: p}, emptyDir: {}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("volume \"v\" has several volume sources"),
+            "{err}"
+        );
+    }
+
+    fn with_socket_dir(dir: &str) -> Result<Config, ConfigError> {
+        Config::from_yaml(&format!(
+            "profiles:\n  cerbos:\n    socket: {{dir: \"{dir}\", file: cerbos.sock}}\n"
+        ))
+    }
+
+    #[test]
+    fn socket_dir_is_a_directory_of_its_own() {
+        // Refused, with the words the message must contain.
+        let refused = [
+            ("/", "is the node's /"),
+            ("//", "(that is /) is the node's /"),
+            ("/run", "is the node's /run"),
+            ("/var/run", "is the node's /var/run"),
+            ("/var/run/", "(that is /var/run) is the node's /var/run"),
+            ("//var//run//", "(that is /var/run) is the node's /var/run"),
+            ("/var/./run", "(that is /var/run) is the node's /var/run"),
+            ("/var", "is the node's /var"),
+            ("/etc", "is the node's /etc"),
+            ("/proc", "is the node's /proc"),
+            ("/sys", "is the node's /sys"),
+            ("/dev", "is the node's /dev"),
+            ("/home", "is the node's /home"),
+            ("/root", "is the node's /root"),
+            ("/usr", "is the node's /usr"),
+            ("/var/lib", "is the node's /var/lib"),
+            ("/var/lib/kubelet", "is the node's /var/lib/kubelet"),
+            (
+                "/var/lib/kubelet/",
+                "(that is /var/lib/kubelet) is the node's /var/lib/kubelet",
+            ),
+            ("/var/log", "is the node's /var/log"),
+            ("/var/run/docker.sock", "is the node's /var/run/docker.sock"),
+            ("/run/docker.sock", "is the node's /run/docker.sock"),
+            (
+                "/var/run/cri-dockerd.sock",
+                "is the node's /var/run/cri-dockerd.sock",
+            ),
+            ("/run/containerd", "is the node's /run/containerd"),
+            ("/var/run/containerd", "is the node's /var/run/containerd"),
+            ("/run/crio", "is the node's /run/crio"),
+            (
+                "/var/run/crio/",
+                "(that is /var/run/crio) is the node's /var/run/crio",
+            ),
+            // Inside the kubelet's, the runtime's or the kernel's trees.
+            (
+                "/var/lib/kubelet/pods",
+                "is inside the node's /var/lib/kubelet",
+            ),
+            (
+                "/run/containerd/pdp",
+                "is inside the node's /run/containerd",
+            ),
+            ("/var/log/pods", "is inside the node's /var/log"),
+            ("/proc/self", "is inside the node's /proc"),
+            ("/etc/cerbos", "is inside the node's /etc"),
+            // One level only.
+            ("/cerbos", "must be at least two levels deep"),
+            (
+                "/cerbos/",
+                "(that is /cerbos) must be at least two levels deep",
+            ),
+            ("/tmp", "must be at least two levels deep"),
+        ];
+        for (dir, words) in refused {
+            let err = with_socket_dir(dir).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("profile \"cerbos\": socket.dir {dir:?} {words}"))
+                    && err.contains("like /var/run/cerbos"),
+                "{dir}: {err}"
+            );
+        }
+        for dir in [
+            "/var/run/cerbos",
+            "/var/run/cerbos/",
+            "/run/flagd",
+            "/run/pdp/cerbos",
+            "/var/lib/cerbos",
+            "/opt/pdp",
+            "/var/run/containerd-pdp",
+        ] {
+            with_socket_dir(dir).unwrap_or_else(|e| panic!("{dir}: {e}"));
+        }
+    }
+
+    #[test]
+    fn builtin_and_shipped_configs_pass_every_check() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut configs = vec![("built-in".to_string(), Config::builtin())];
+        for file in [
+            "manifests/base/config.yaml",
+            "manifests/overlays/sidecar-only/config.yaml",
+            "tests/golden/custom/config.yaml",
+            "fuzz/seeds/config/every-key.yaml",
+        ] {
+            let config = Config::load(&root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            configs.push((file.to_string(), config));
+        }
+        for (source, config) in &configs {
+            for (name, p) in &config.profiles {
+                assert!(
+                    restricted_violations(&p.security_context).is_empty(),
+                    "{source}: {name}"
+                );
+                assert_eq!(socket_dir_problem(&p.socket.dir), None, "{source}: {name}");
+                for v in &p.volumes {
+                    assert_eq!(volume_source_problem(&v.volume), None, "{source}: {name}");
+                }
+            }
+        }
     }
 
     #[test]

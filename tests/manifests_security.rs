@@ -2,6 +2,7 @@
 //! (SECURITY.md): least-privilege RBAC, the two failure policies and what each webhook may see, and the
 //! webhook's own hardened Pod.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
@@ -351,4 +352,360 @@ fn shipped_pdps_do_not_phone_home() {
         }
     }
     assert!(containers >= 1, "no Cerbos container found in manifests/");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// What `kubectl apply -k` sends: the rendered overlays.
+
+/// The documents `kubectl kustomize manifests/overlays/<overlay>` renders (kubectl is required, as for
+/// scripts/validate-manifests.sh).
+fn rendered(overlay: &str) -> Vec<Value> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("manifests/overlays")
+        .join(overlay);
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "kubectl kustomize {}: {e} (kubectl is needed to render the manifests)",
+                dir.display()
+            )
+        });
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    parse_stream(&String::from_utf8(out.stdout).unwrap()).unwrap()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+}
+
+/// Every overlay that installs the webhook (all but the Kubernetes 1.20 one, which has no such API).
+const WEBHOOK_OVERLAYS: [&str; 5] = [
+    "daemonset",
+    "sidecar-only",
+    "cert-manager",
+    "label-selected",
+    "network-policy",
+];
+
+#[test]
+fn the_webhook_runs_at_its_own_priority_class() {
+    for overlay in WEBHOOK_OVERLAYS {
+        let docs = rendered(overlay);
+        let deployment = find(&docs, "Deployment", "pdp-injector").unwrap();
+        let class = deployment["spec"]["template"]["spec"]["priorityClassName"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{overlay}: the webhook has no priorityClassName"));
+        assert_eq!(class, "pdp-injector-webhook", "{overlay}");
+        let pc = find(&docs, "PriorityClass", class)
+            .unwrap_or_else(|| panic!("{overlay}: PriorityClass {class} is not installed"));
+        assert!(
+            pc["metadata"].get("namespace").is_none(),
+            "{overlay}: cluster-scoped"
+        );
+        let value = pc["value"].as_i64().unwrap();
+        // Above ordinary workloads, at most what a user-defined class may be, below the system classes.
+        assert!(
+            (100_000_000..=1_000_000_000).contains(&value) && value < 2_000_000_000,
+            "{overlay}: value {value}"
+        );
+        assert_eq!(pc["globalDefault"], false, "{overlay}");
+        assert_eq!(pc["preemptionPolicy"], "PreemptLowerPriority", "{overlay}");
+    }
+}
+
+#[test]
+fn webhook_replicas_are_spread_over_nodes() {
+    for overlay in WEBHOOK_OVERLAYS {
+        let docs = rendered(overlay);
+        let deployment = find(&docs, "Deployment", "pdp-injector").unwrap();
+        assert_eq!(deployment["spec"]["replicas"], 2, "{overlay}");
+        let pod = &deployment["spec"]["template"];
+        let by_host: Vec<&Value> = pod["spec"]["topologySpreadConstraints"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{overlay}: no topologySpreadConstraints"))
+            .iter()
+            .filter(|c| c["topologyKey"] == "kubernetes.io/hostname")
+            .collect();
+        assert_eq!(
+            by_host.len(),
+            1,
+            "{overlay}: one spread constraint per node"
+        );
+        let c = by_host[0];
+        // Never two replicas on one node while another schedulable node exists...
+        assert_eq!(c["maxSkew"], 1, "{overlay}");
+        assert_eq!(c["whenUnsatisfiable"], "DoNotSchedule", "{overlay}");
+        assert_eq!(
+            c["nodeTaintsPolicy"], "Honor",
+            "{overlay}: tainted nodes are no domains"
+        );
+        // ...yet both start on a one-node cluster: no minDomains above 1, no required anti-affinity.
+        assert!(
+            c.get("minDomains").is_none_or(|m| m.as_i64() <= Some(1)),
+            "{overlay}"
+        );
+        assert!(
+            pod["spec"]
+                .pointer("/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution")
+                .is_none(),
+            "{overlay}"
+        );
+        // The constraint counts the webhook's own Pods.
+        let labels = pod["metadata"]["labels"].as_object().unwrap();
+        for (k, v) in c["labelSelector"]["matchLabels"].as_object().unwrap() {
+            assert_eq!(labels.get(k), Some(v), "{overlay}: selector {k}");
+        }
+    }
+}
+
+/// Every field of an admissionregistration.k8s.io/v1 MutatingWebhook, and of its clientConfig.
+const WEBHOOK_FIELDS: [&str; 12] = [
+    "admissionReviewVersions",
+    "clientConfig",
+    "failurePolicy",
+    "matchConditions",
+    "matchPolicy",
+    "name",
+    "namespaceSelector",
+    "objectSelector",
+    "reinvocationPolicy",
+    "rules",
+    "sideEffects",
+    "timeoutSeconds",
+];
+const CLIENT_CONFIG_FIELDS: [&str; 3] = ["caBundle", "service", "url"];
+
+#[test]
+fn only_the_ca_bundle_is_left_to_the_webhooks_own_account() {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::admissionregistration::v1::{MutatingWebhook, WebhookClientConfig};
+    // The lists above are the whole type: this literal names every field (no `..Default::default()`), so a
+    // k8s-openapi with a new field does not compile until the lists and the guard know it.
+    let every_field = MutatingWebhook {
+        admission_review_versions: vec!["v1".into()],
+        client_config: WebhookClientConfig {
+            ca_bundle: Some(ByteString(b"x".to_vec())),
+            service: Some(Default::default()),
+            url: Some("https://x".into()),
+        },
+        failure_policy: Some("Fail".into()),
+        match_conditions: Some(vec![]),
+        match_policy: Some("Equivalent".into()),
+        name: "x".into(),
+        namespace_selector: Some(Default::default()),
+        object_selector: Some(Default::default()),
+        reinvocation_policy: Some("Never".into()),
+        rules: Some(vec![]),
+        side_effects: "None".into(),
+        timeout_seconds: Some(5),
+    };
+    let v = serde_json::to_value(&every_field).unwrap();
+    let keys: BTreeSet<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, BTreeSet::from(WEBHOOK_FIELDS));
+    let keys: BTreeSet<&str> = v["clientConfig"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, BTreeSet::from(CLIENT_CONFIG_FIELDS));
+
+    for overlay in WEBHOOK_OVERLAYS {
+        let docs = rendered(overlay);
+        let policy = find(
+            &docs,
+            "ValidatingAdmissionPolicy",
+            "pdp-injector-webhook-config-guard",
+        )
+        .unwrap_or_else(|| panic!("{overlay}: no guard on the webhook's registration"));
+        assert!(
+            policy["metadata"].get("namespace").is_none(),
+            "{overlay}: cluster-scoped"
+        );
+        let spec = &policy["spec"];
+        assert_eq!(spec["failurePolicy"], "Fail", "{overlay}");
+        // Exactly UPDATE of the one MutatingWebhookConfiguration the manifests install.
+        let mwc = docs
+            .iter()
+            .find(|d| d["kind"] == "MutatingWebhookConfiguration")
+            .unwrap();
+        assert_eq!(
+            spec["matchConstraints"]["resourceRules"],
+            json!([{"apiGroups": ["admissionregistration.k8s.io"], "apiVersions": ["v1"],
+                    "operations": ["UPDATE"], "resources": ["mutatingwebhookconfigurations"],
+                    "resourceNames": [mwc["metadata"]["name"]]}]),
+            "{overlay}"
+        );
+        // Only for the user the webhook's ServiceAccount authenticates as: the one its RBAC binds.
+        let sa = find(&docs, "Deployment", "pdp-injector").unwrap()["spec"]["template"]["spec"]
+            ["serviceAccountName"]
+            .as_str()
+            .unwrap();
+        let user = format!("system:serviceaccount:pdp-system:{sa}");
+        assert_eq!(
+            spec["matchConditions"],
+            json!([{"name": "webhook-service-account",
+                    "expression": format!("request.userInfo.username == \"{user}\"")}]),
+            "{overlay}"
+        );
+        // Every field of every webhook but caBundle is compared with the old object's, as are the metadata.
+        let validations: Vec<&str> = spec["validations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["expression"].as_str().unwrap())
+            .collect();
+        let all = validations.join("\n");
+        for field in WEBHOOK_FIELDS {
+            if field == "name" || field == "clientConfig" {
+                continue;
+            }
+            assert!(
+                all.contains(&format!("w.?{field} == o.?{field}")),
+                "{overlay}: {field} unguarded"
+            );
+        }
+        for field in CLIENT_CONFIG_FIELDS {
+            let guarded = all.contains(&format!(
+                "w.clientConfig.?{field} == o.clientConfig.?{field}"
+            ));
+            assert_eq!(
+                guarded,
+                field != "caBundle",
+                "{overlay}: clientConfig.{field}"
+            );
+        }
+        assert!(
+            !all.contains("caBundle"),
+            "{overlay}: caBundle must be left free"
+        );
+        assert!(
+            validations.contains(
+                &"variables.newHooks.map(w, w.name) == variables.oldHooks.map(w, w.name)"
+            ),
+            "{overlay}: webhooks added, removed, renamed or reordered"
+        );
+        for meta in ["labels", "annotations", "ownerReferences", "finalizers"] {
+            assert!(
+                all.contains(&format!(
+                    "object.metadata.?{meta} == oldObject.metadata.?{meta}"
+                )),
+                "{overlay}: metadata.{meta} unguarded"
+            );
+        }
+        // The rendered webhooks use no field that the guard does not know.
+        for hook in mwc["webhooks"].as_array().unwrap() {
+            for key in hook.as_object().unwrap().keys() {
+                assert!(WEBHOOK_FIELDS.contains(&key.as_str()), "{overlay}: {key}");
+            }
+        }
+        // Bound, denying, with no narrower match than the policy's.
+        let binding = docs
+            .iter()
+            .find(|d| {
+                d["kind"] == "ValidatingAdmissionPolicyBinding"
+                    && d["spec"]["policyName"] == policy["metadata"]["name"]
+            })
+            .unwrap_or_else(|| panic!("{overlay}: the guard is not bound"));
+        assert_eq!(
+            binding["spec"]["validationActions"],
+            json!(["Deny"]),
+            "{overlay}"
+        );
+        assert!(binding["spec"].get("matchResources").is_none(), "{overlay}");
+        assert!(binding["metadata"].get("namespace").is_none(), "{overlay}");
+    }
+}
+
+#[test]
+fn network_policy_component_admits_only_what_must_reach_the_webhook_and_the_pdp() {
+    let ports = |rules: &Value| -> BTreeSet<(String, i64)> {
+        rules
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|r| r["ports"].as_array().unwrap())
+            .map(|p| {
+                (
+                    p["protocol"].as_str().unwrap().to_string(),
+                    p["port"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let tcp = |p: i64| ("TCP".to_string(), p);
+    // Optional: the default install has none; overlays/network-policy is the default install with the component.
+    assert!(
+        !rendered("daemonset")
+            .iter()
+            .any(|d| d["kind"] == "NetworkPolicy")
+    );
+    let docs = rendered("network-policy");
+    assert_eq!(
+        docs.iter().filter(|d| d["kind"] == "NetworkPolicy").count(),
+        2
+    );
+
+    let webhook = find(&docs, "NetworkPolicy", "pdp-injector").unwrap();
+    assert_eq!(webhook["metadata"]["namespace"], "pdp-system");
+    let deployment = find(&docs, "Deployment", "pdp-injector").unwrap();
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in webhook["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&pod_labels[k], v, "the policy selects the webhook Pods");
+    }
+    assert_eq!(webhook["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+    // Ingress: 8443/TCP from anywhere (the apiserver's address is not selectable portably), nothing else.
+    let ingress = &webhook["spec"]["ingress"];
+    assert_eq!(ingress.as_array().unwrap().len(), 1);
+    assert!(ingress[0].get("from").is_none());
+    assert_eq!(ports(ingress), BTreeSet::from([tcp(8443)]));
+    let container_port =
+        deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+            .as_i64()
+            .unwrap();
+    assert_eq!(container_port, 8443);
+    // Egress: the apiserver (443 before, 6443 after the Service's translation) and DNS.
+    assert_eq!(
+        ports(&webhook["spec"]["egress"]),
+        BTreeSet::from([tcp(443), tcp(6443), ("UDP".into(), 53), tcp(53)])
+    );
+
+    let pdp = find(&docs, "NetworkPolicy", "cerbos-pdp").unwrap();
+    assert_eq!(pdp["metadata"]["namespace"], "pdp-node");
+    let daemonset = find(&docs, "DaemonSet", "cerbos-pdp").unwrap();
+    let ds_labels = &daemonset["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in pdp["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&ds_labels[k], v, "the policy selects the PDP Pods");
+    }
+    assert!(
+        pdp["spec"]["policyTypes"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("Ingress"))
+    );
+    // Ingress only to the gRPC port the DaemonSet publishes.
+    assert_eq!(ports(&pdp["spec"]["ingress"]), BTreeSet::from([tcp(3593)]));
+    let published: Vec<i64> = daemonset["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["ports"].as_array().into_iter().flatten())
+        .filter_map(|p| p["hostPort"].as_i64())
+        .collect();
+    assert_eq!(published, vec![3593]);
 }

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use base64::Engine;
 use pdp_injector::admission;
-use pdp_injector::config::{Config, restricted_violations};
+use pdp_injector::config::{Config, PROFILE_VOLUME_KINDS, restricted_violations};
 use pdp_injector::decision::NamespaceInfo;
 use pdp_injector::offline;
 use serde_json::{Value, json};
@@ -213,8 +213,8 @@ fn builtin_fixture() -> Value {
     })
 }
 
-/// Target `config`: config text never panics; a config that loads holds only `restricted` profiles without
-/// hostPath volumes, and renders every profile in both modes without a panic.
+/// Target `config`: config text never panics; a config that loads holds only `restricted` profiles whose
+/// volumes each have one allowed source (no hostPath), and renders every profile in both modes without a panic.
 pub fn config(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -229,6 +229,19 @@ pub fn config(data: &[u8]) {
             p.volumes.iter().all(|v| v.volume.host_path.is_none()),
             "profile {name} loaded with a hostPath volume"
         );
+        for v in &p.volumes {
+            let volume = serde_json::to_value(&v.volume).unwrap();
+            let sources: Vec<&String> = volume
+                .as_object()
+                .unwrap()
+                .keys()
+                .filter(|k| *k != "name")
+                .collect();
+            assert!(
+                sources.len() == 1 && PROFILE_VOLUME_KINDS.contains(&sources[0].as_str()),
+                "profile {name} loaded with volume sources {sources:?}"
+            );
+        }
     }
     let classic = config.clone().with_classic_sidecars();
     for config in [&config, &classic] {
