@@ -17,6 +17,7 @@ namespaces, mounts, cgroups, sysctl values (restored), directories, the state an
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -573,13 +574,15 @@ def down(_args):
                 continue
             rules = sh(cmd, "-t", table, "-S").stdout.splitlines()
             for r in rules:  # jumps from chains that stay (built-in or pre-existing) into ours
-                parts = r.split()
+                parts = shlex.split(r)  # comments are quoted
                 if parts[0] == "-A" and parts[1] not in ours and "-j" in parts and parts[parts.index("-j") + 1] in ours:
                     sh(cmd, "-t", table, "-D", *parts[1:], check=False)
             for c in ours:
                 sh(cmd, "-t", table, "-F", c, check=False)
             for c in ours:
-                sh(cmd, "-t", table, "-X", c, check=False)
+                p = sh(cmd, "-t", table, "-X", c, check=False)
+                if p.returncode != 0:
+                    log(f"{cmd} -t {table} -X {c}: {p.stderr.strip()}")
             log(f"{cmd} -t {table}: removed chains {', '.join(ours)}")
 
     # Network namespaces that appeared (containerd's CNI namespaces), then mounts under our directories.
