@@ -86,6 +86,18 @@ struct RequestIn<'a> {
     object: Option<&'a RawValue>,
 }
 
+impl RequestIn<'_> {
+    fn head(&self) -> RequestHead<'_> {
+        RequestHead {
+            uid: &self.uid,
+            namespace: self.namespace.clone().unwrap_or_default(),
+            name: self.name.as_deref(),
+            operation: self.operation.as_deref(),
+            dry_run: self.dry_run,
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 struct Gvk<'a> {
     #[serde(borrow, default)]
@@ -399,13 +411,7 @@ pub fn review_reference(
     if request.uid.is_empty() {
         return Err(ReviewError::MissingUid);
     }
-    let head = RequestHead {
-        uid: &request.uid,
-        namespace: request.namespace.clone().unwrap_or_default(),
-        name: request.name.as_deref(),
-        operation: request.operation.as_deref(),
-        dry_run: request.dry_run,
-    };
+    let head = request.head();
     let outcome = if !is_pod_create(
         request.kind.as_ref(),
         request.resource.as_ref(),
@@ -443,13 +449,7 @@ pub fn refuse(
     if request.uid.is_empty() || !pod_create {
         return review(body, config, namespace);
     }
-    let head = RequestHead {
-        uid: &request.uid,
-        namespace: request.namespace.clone().unwrap_or_default(),
-        name: request.name.as_deref(),
-        operation: request.operation.as_deref(),
-        dry_run: request.dry_run,
-    };
+    let head = request.head();
     Ok(respond(&head, &Outcome::Denied(denial)))
 }
 

@@ -54,6 +54,15 @@ async fn start_with(options: ServeOptions, ns: Arc<dyn NamespaceSource>) -> Runn
     server::start(options, ns).await.expect("server starts")
 }
 
+/// The default options on the bundle's certificate, with a namespace source of the test's choosing.
+async fn start_on(b: &certs::Bundle, ns: Arc<dyn NamespaceSource>) -> Running {
+    start_with(
+        ServeOptions::new(local(), TlsSource::Fixed(material(b))),
+        ns,
+    )
+    .await
+}
+
 async fn start(b: &certs::Bundle) -> Running {
     start_with(
         ServeOptions::new(local(), TlsSource::Fixed(material(b))),
@@ -1037,11 +1046,7 @@ async fn opted_in_entry_never_skips_from_doubt() {
 
     // Stale cache, apiserver has the label: injected, after one fetch. The other entry trusts the cache.
     let cache = LaggingCache::new(unlabelled.clone(), Ok(Some("daemonset")));
-    let r = start_with(
-        ServeOptions::new(local(), TlsSource::Fixed(material(&b))),
-        cache.clone(),
-    )
-    .await;
+    let r = start_on(&b, cache.clone()).await;
     let out = post_path(&r, &b.ca_cert_pem, opted_in, FIXTURE.as_bytes()).await;
     assert_eq!(
         out["response"]["auditAnnotations"]["reason"],
@@ -1061,11 +1066,7 @@ async fn opted_in_entry_never_skips_from_doubt() {
     for apiserver in [Err("connection refused"), Ok(None)] {
         for cached in [unlabelled.clone(), None] {
             let cache = LaggingCache::new(cached.clone(), apiserver);
-            let r = start_with(
-                ServeOptions::new(local(), TlsSource::Fixed(material(&b))),
-                cache.clone(),
-            )
-            .await;
+            let r = start_on(&b, cache.clone()).await;
             let out = post_path(&r, &b.ca_cert_pem, opted_in, FIXTURE.as_bytes()).await;
             let resp = &out["response"];
             assert_eq!(resp["uid"], fixture()["request"]["uid"]);
@@ -1095,11 +1096,7 @@ async fn opted_in_entry_never_skips_from_doubt() {
         pss_enforce: None,
     };
     let cache = LaggingCache::new(Some(labelled), Err("must not be asked"));
-    let r = start_with(
-        ServeOptions::new(local(), TlsSource::Fixed(material(&b))),
-        cache.clone(),
-    )
-    .await;
+    let r = start_on(&b, cache.clone()).await;
     let out = post_path(&r, &b.ca_cert_pem, opted_in, FIXTURE.as_bytes()).await;
     assert_eq!(
         out["response"]["auditAnnotations"]["reason"],
@@ -1113,11 +1110,7 @@ async fn opted_in_entry_never_skips_from_doubt() {
 async fn namespace_missing_from_the_cache_is_fetched_not_guessed() {
     let b = bundle();
     let cache = LaggingCache::new(None, Ok(Some("daemonset")));
-    let r = start_with(
-        ServeOptions::new(local(), TlsSource::Fixed(material(&b))),
-        cache.clone(),
-    )
-    .await;
+    let r = start_on(&b, cache.clone()).await;
     let (_, out) = post(&r, &b.ca_cert_pem, FIXTURE.as_bytes().to_vec()).await;
     assert_eq!(
         out["response"]["auditAnnotations"]["reason"],
