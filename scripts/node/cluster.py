@@ -354,6 +354,13 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = "{STATE}/containerd/certs.d"
 """)
+    # No image is ever pulled: every image is imported. Should a Pod name one that is not, the pull goes to a closed
+    # port on loopback (every registry, and the default for any other), never to a registry or a DNS server.
+    for host in ["_default", "docker.io", "ghcr.io", "registry.k8s.io", "k8s.gcr.io", "quay.io", "localhost"]:
+        d = STATE / "containerd/certs.d" / host
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "hosts.toml").write_text('server = "http://127.0.0.1:9"\n\n[host."http://127.0.0.1:9"]\n'
+                                      '  capabilities = ["pull", "resolve"]\n')
     # Pods' DNS: no cluster DNS here, and nothing may leave the machine; a name lookup in a Pod fails at once.
     (STATE / "resolv.conf").write_text("nameserver 127.0.0.1\noptions ndots:1 timeout:1 attempts:1\n")
     (STATE / "kubelet").mkdir(parents=True, exist_ok=True)
