@@ -231,9 +231,10 @@ impl Ledger {
 
     /// Records every CA of `bundle` but the current one as retired at `now` (keeping earlier dates).
     fn retire_all_but(&mut self, bundle: &str, current: &str, now: i64) {
+        let current = fingerprint(current);
         for cert in split_pem(bundle) {
             if let Some(fp) = fingerprint(&cert)
-                && Some(&fp) != fingerprint(current).as_ref()
+                && Some(&fp) != current.as_ref()
             {
                 self.retired.entry(fp).or_insert(now);
             }
