@@ -4,7 +4,7 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use pdp_injector::admission::review;
 use pdp_injector::config::Config;
-use pdp_injector::decision::NamespaceInfo;
+use pdp_injector::core::NamespaceInfo;
 
 #[path = "reviews.rs"]
 mod reviews;

@@ -146,9 +146,9 @@ pub fn body(target: usize, class: Class) -> Vec<u8> {
         pod["metadata"]["annotations"]["pdp-injector.io/inject"] = json!("daemonset");
         let typed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod.clone()).unwrap();
         let config = pdp_injector::config::Config::builtin();
-        let ns = pdp_injector::decision::NamespaceInfo::named("payments");
-        if let pdp_injector::inject::Outcome::Injected(done) =
-            pdp_injector::inject::inject(&typed, &ns, &config)
+        let ns = pdp_injector::core::NamespaceInfo::named("payments");
+        if let pdp_injector::core::Outcome::Injected(done) =
+            pdp_injector::core::inject(&typed, &ns, &config)
         {
             json_patch::patch(&mut pod, &done.patch).unwrap();
         }

@@ -1,5 +1,5 @@
 //! The floor of the load benchmarks: a handler that does nothing, on exactly the HTTPS stack of
-//! `pdp_injector::server::start` (same rustls configuration from `pdp_injector::tls::build`, axum-server with
+//! `pdp_injector::webhook::server::start` (same rustls configuration from `pdp_injector::tls::build`, axum-server with
 //! `RustlsAcceptor`, the same handshake, first-request and header-read timeouts, HTTP/1 keep-alive, the same
 //! body reading with `axum::body::to_bytes(body, limit)`, the same multi-thread tokio runtime as the binary).
 //! It answers every `POST /mutate` with a fixed AdmissionReview the size of a skip answer, so the difference
@@ -21,8 +21,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
-use pdp_injector::server::DEFAULT_BODY_LIMIT;
 use pdp_injector::tls::{self, TlsFiles};
+use pdp_injector::webhook::server::DEFAULT_BODY_LIMIT;
 
 /// What `serve` answers for a Pod it skips (`opted_out`), with the benchmark bodies' uid: same size.
 const REPLY: &[u8] = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"705ab4f5-6393-11e8-b7cc-42010a800002","allowed":true,"auditAnnotations":{"decision":"skip","reason":"opted_out"}}}"#;
@@ -74,7 +74,7 @@ fn args() -> Result<Args, String> {
                 )
             }
             "--handshake-timeout" => {
-                timeout = pdp_injector::server::parse_duration(&value()?)
+                timeout = pdp_injector::webhook::server::parse_duration(&value()?)
                     .ok_or("--handshake-timeout: bad duration")?
             }
             other => return Err(format!("unknown flag {other}")),

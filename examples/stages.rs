@@ -21,12 +21,13 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
+use pdp_injector::admission::lite::LitePod;
 use pdp_injector::admission::{review, review_reference};
 use pdp_injector::config::Config;
-use pdp_injector::decision::{Decision, NamespaceInfo, PodHead, decide};
-use pdp_injector::lite::LitePod;
-use pdp_injector::patch::diff_pods;
-use pdp_injector::render::render;
+use pdp_injector::core::decide::PodHead;
+use pdp_injector::core::patch::diff_pods;
+use pdp_injector::core::render::render;
+use pdp_injector::core::{Decision, NamespaceInfo, decide};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 

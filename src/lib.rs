@@ -1,23 +1,21 @@
 //! pdp-injector: a Kubernetes mutating admission webhook that wires Pods to a policy decision point, as a native
 //! sidecar or through the node-local PDP of a DaemonSet.
 //!
-//! The core ([`inject::inject`]) is pure and synchronous; the webhook, the offline `inject` command and the tests
-//! all call it.
+//! Layers, each using only those above it (docs/architecture.md):
+//! - [`names`]: the names of the contract (annotations, labels, volumes);
+//! - [`config`]: the admin's configuration, its built-ins and validation;
+//! - [`core`]: decide, render, patch; pure and synchronous ([`core::inject`]);
+//! - [`admission`]: AdmissionReview bytes in, bytes out, around the core;
+//! - [`tls`]: certificates and the rustls serving configuration;
+//! - [`cluster`]: what is kept in step with the cluster (namespaces, self-managed certificates);
+//! - [`webhook`]: the HTTPS server;
+//! - [`offline`]: the `inject` command.
 
 pub mod admission;
-pub mod certs;
 pub mod cluster;
 pub mod config;
-pub mod decision;
-pub mod inject;
-pub mod limits;
-pub mod lite;
-pub mod metrics;
+pub mod core;
 pub mod names;
-pub mod namespaces;
 pub mod offline;
-pub mod patch;
-pub mod render;
-pub mod selfcerts;
-pub mod server;
 pub mod tls;
+pub mod webhook;

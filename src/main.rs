@@ -10,11 +10,13 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use pdp_injector::cluster;
+use pdp_injector::cluster::selfcerts;
+use pdp_injector::cluster::{NamespaceSource, NoCluster};
 use pdp_injector::config::Config;
-use pdp_injector::namespaces::{NamespaceSource, NoCluster};
-use pdp_injector::server::{self, ServeOptions, TlsSource, parse_duration};
+use pdp_injector::tls::certs;
 use pdp_injector::tls::{TlsFiles, TlsMaterial};
-use pdp_injector::{certs, offline, selfcerts, tls};
+use pdp_injector::webhook::server::{self, ServeOptions, TlsSource, parse_duration};
+use pdp_injector::{offline, tls};
 
 #[derive(Parser)]
 #[command(
@@ -117,7 +119,7 @@ struct ServeArgs {
     /// What the webhook may use (Kubernetes quantity: 96Mi): open connections, request bodies held at once and
     /// per-connection buffers are all derived from it (SECURITY.md, "Memory budget"). Keep it at about 75% of
     /// the container's memory limit.
-    #[arg(long, env = "PDP_INJECTOR_MEMORY_BUDGET", default_value = "96Mi", value_parser = pdp_injector::limits::parse_size)]
+    #[arg(long, env = "PDP_INJECTOR_MEMORY_BUDGET", default_value = "96Mi", value_parser = pdp_injector::webhook::limits::parse_size)]
     memory_budget: u64,
     /// Upper bound on one request (the apiserver's ?timeout= lowers it).
     #[arg(long, env = "PDP_INJECTOR_REQUEST_TIMEOUT", default_value = "10s", value_parser = duration)]
@@ -279,7 +281,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async {
         let client = connect(args.cluster).await;
-        let counters = pdp_injector::metrics::ClusterCounters::default();
+        let counters = pdp_injector::cluster::ClusterCounters::default();
         let tls_source = match files {
             Some(files) => TlsSource::Files(files),
             None if args.self_managed_certs => {
@@ -325,7 +327,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         options.cluster_counters = counters.clone();
         let namespaces: Arc<dyn NamespaceSource> = match &client {
             Some(client) => {
-                options.fit.native_sidecars = cluster::native_sidecars(client).await;
+                options.fit.native_sidecars = cluster::versions::native_sidecars(client).await;
                 Arc::new(cluster::ClusterNamespaces::spawn(
                     client.clone(),
                     counters.clone(),

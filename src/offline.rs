@@ -8,8 +8,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::decision::{NamespaceInfo, Reason, Warning};
-use crate::inject::{Outcome, inject};
+use crate::core::{NamespaceInfo, Reason, Warning};
+use crate::core::{Outcome, inject};
 use crate::names::LABEL_NAMESPACE_INJECTION;
 
 /// Defaults for the documents of one stream.

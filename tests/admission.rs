@@ -3,7 +3,7 @@
 use base64::Engine;
 use pdp_injector::admission::{ReviewError, review};
 use pdp_injector::config::Config;
-use pdp_injector::decision::NamespaceInfo;
+use pdp_injector::core::NamespaceInfo;
 use serde_json::{Value, json};
 
 const FIXTURE: &str = include_str!("fixtures/admissionreview-v1-pod-create.json");

@@ -33,11 +33,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use pdp_injector::admission;
 use pdp_injector::config::{Config, Mode};
-use pdp_injector::decision::{NamespaceInfo, Reason, WarningCode};
-use pdp_injector::inject::{Outcome, inject};
-use pdp_injector::metrics::Metrics;
+use pdp_injector::core::render::app_env;
+use pdp_injector::core::{NamespaceInfo, Reason, WarningCode};
+use pdp_injector::core::{Outcome, inject};
 use pdp_injector::offline::{self, Options};
-use pdp_injector::render::app_env;
+use pdp_injector::webhook::metrics::Metrics;
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_pdp-injector");
@@ -794,8 +794,8 @@ fn every_denial_message_is_documented_exactly() {
         "docs/annotations.md lacks {prefix:?}: <parse error> (from {not_a_pod:?})"
     );
     covered.insert(Reason::InvalidObject.code());
-    // The webhook's refusal of a Pod whose opted-in namespace it cannot read (src/server.rs).
-    let unreadable = pdp_injector::decision::Denial::namespace_unreadable("shop", "<error>");
+    // The webhook's refusal of a Pod whose opted-in namespace it cannot read (src/webhook/server.rs).
+    let unreadable = pdp_injector::core::Denial::namespace_unreadable("shop", "<error>");
     assert!(
         text.contains(&unreadable.to_string()),
         "docs/annotations.md lacks {unreadable}"
@@ -1035,7 +1035,7 @@ fn metrics_named_in_the_docs_exist() {
     let job = &scrape["scrape_configs"][0];
     assert_eq!(job["metrics_path"], "/metrics");
     assert_eq!(job["scheme"], "https");
-    let sans = pdp_injector::certs::service_sans("pdp-injector", "pdp-system");
+    let sans = pdp_injector::tls::certs::service_sans("pdp-injector", "pdp-system");
     assert!(
         sans.iter()
             .any(|s| job["tls_config"]["server_name"] == s.as_str())

@@ -154,10 +154,10 @@ fn webhook_registration_fails_closed_only_where_asked() {
                            "values": ["enabled", "sidecar", "daemonset"]})
     );
     // Each entry has its own path, so the handler knows when the apiserver saw the namespace opted in and never
-    // answers "not opted in" from doubt there (src/server.rs, Entry).
+    // answers "not opted in" from doubt there (src/webhook/server.rs, Entry).
     assert_eq!(
         by_policy("Fail")["clientConfig"]["service"]["path"],
-        pdp_injector::server::OPTED_IN_PATH
+        pdp_injector::webhook::server::OPTED_IN_PATH
     );
     assert_eq!(
         by_policy("Ignore")["clientConfig"]["service"]["path"],
@@ -206,8 +206,8 @@ fn the_webhook_pod_is_restricted() {
 fn shipped_pdps_do_not_phone_home() {
     use k8s_openapi::api::core::v1::{Container, Pod};
     use pdp_injector::config::{Config, Mode};
-    use pdp_injector::decision::NamespaceInfo;
-    use pdp_injector::inject::{Outcome, inject};
+    use pdp_injector::core::NamespaceInfo;
+    use pdp_injector::core::{Outcome, inject};
 
     let no_telemetry_env = |c: &Container| {
         c.env.iter().flatten().any(|e| {

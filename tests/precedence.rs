@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use pdp_injector::config::{Config, Mode};
-use pdp_injector::decision::{Decision, NamespaceInfo, Reason, decide};
+use pdp_injector::core::{Decision, NamespaceInfo, Reason, decide};
 
 fn pod(annotation: Option<&str>, label: Option<&str>) -> Pod {
     let mut meta = serde_json::json!({"name": "p"});

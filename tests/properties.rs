@@ -4,8 +4,9 @@
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, Volume, VolumeMount};
 use pdp_injector::config::{Config, restricted_violations};
-use pdp_injector::decision::{NamespaceInfo, PodHead, Reason, decide};
-use pdp_injector::inject::{Outcome, inject};
+use pdp_injector::core::decide::PodHead;
+use pdp_injector::core::{NamespaceInfo, Reason, decide};
+use pdp_injector::core::{Outcome, inject};
 use std::collections::BTreeMap;
 
 mod common {

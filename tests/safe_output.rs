@@ -19,7 +19,7 @@ use base64::Engine;
 use k8s_openapi::api::core::v1::SecurityContext;
 use pdp_injector::admission;
 use pdp_injector::config::{Config, restricted_violations};
-use pdp_injector::decision::NamespaceInfo;
+use pdp_injector::core::NamespaceInfo;
 use pdp_injector::offline;
 use serde_json::{Value, json};
 

@@ -10,7 +10,7 @@ use hyper::body::Bytes;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use pdp_injector::selfcerts::{self, Assessment, Settings, assess};
+use pdp_injector::cluster::selfcerts::{self, Assessment, Settings, assess};
 use serde_json::{Value, json};
 
 const SECRET: &str = "/api/v1/namespaces/pdp-system/secrets/pdp-injector-tls";
@@ -292,8 +292,8 @@ fn assessment_of_broken_secrets() {
     let s = settings();
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
     assert_eq!(assess(&Secret::default(), &s, now), Assessment::Regenerate);
-    let bundle = pdp_injector::certs::generate(
-        &pdp_injector::certs::service_sans("pdp-injector", "pdp-system"),
+    let bundle = pdp_injector::tls::certs::generate(
+        &pdp_injector::tls::certs::service_sans("pdp-injector", "pdp-system"),
         3650,
         90,
     )
@@ -314,7 +314,7 @@ fn assessment_of_broken_secrets() {
         Assessment::RenewWithCa(..)
     ));
     // a certificate for another Service: renew
-    let other = pdp_injector::certs::generate(&["elsewhere.svc".into()], 1, 90).unwrap();
+    let other = pdp_injector::tls::certs::generate(&["elsewhere.svc".into()], 1, 90).unwrap();
     assert!(matches!(
         assess(&secret(&other.cert_pem, &other.key_pem), &s, now),
         Assessment::RenewWithCa(..)
@@ -487,11 +487,11 @@ async fn retired_cas_are_dropped_in_time_and_stay_dropped() {
 #[test]
 fn ca_union_dedups_orders_and_drops_expired() {
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    let sans = pdp_injector::certs::service_sans("pdp-injector", "pdp-system");
-    let a = pdp_injector::certs::generate(&sans, 3650, 90)
+    let sans = pdp_injector::tls::certs::service_sans("pdp-injector", "pdp-system");
+    let a = pdp_injector::tls::certs::generate(&sans, 3650, 90)
         .unwrap()
         .ca_cert_pem;
-    let b = pdp_injector::certs::generate(&sans, 10, 5)
+    let b = pdp_injector::tls::certs::generate(&sans, 10, 5)
         .unwrap()
         .ca_cert_pem;
     let joined = format!("{a}{b}");

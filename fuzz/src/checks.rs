@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use base64::Engine;
 use pdp_injector::admission;
 use pdp_injector::config::{Config, PROFILE_VOLUME_KINDS, restricted_violations};
-use pdp_injector::decision::NamespaceInfo;
+use pdp_injector::core::NamespaceInfo;
 use pdp_injector::offline;
 use serde_json::{Value, json};
 

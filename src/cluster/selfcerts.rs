@@ -31,7 +31,7 @@ use sha2::Digest;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::certs::{self, Bundle};
+use crate::tls::certs::{self, Bundle};
 use crate::tls::{self, TlsMaterial};
 
 /// Settings of self-managed mode (flags of `serve`).
@@ -562,7 +562,7 @@ pub async fn keep_reconciling(
     client: kube::Client,
     settings: Settings,
     tx: watch::Sender<TlsMaterial>,
-    counters: crate::metrics::ClusterCounters,
+    counters: crate::cluster::ClusterCounters,
 ) {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
     let config =

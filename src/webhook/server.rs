@@ -19,12 +19,12 @@ use tokio::sync::Semaphore;
 use tracing::{Instrument, Span, error, info, info_span, warn};
 
 use crate::admission;
+use crate::cluster::namespaces::NamespaceSource;
 use crate::config::{Config, ConfigError};
-use crate::decision::{Denial, NamespaceInfo};
-use crate::limits::{self, ConnectionLimit, DEFAULT_MEMORY_BUDGET, MemoryBounds};
-use crate::metrics::{ErrorKind, Metrics};
-use crate::namespaces::NamespaceSource;
+use crate::core::{Denial, NamespaceInfo};
 use crate::tls::{self, TlsError, TlsFiles, TlsMaterial};
+use crate::webhook::limits::{self, ConnectionLimit, DEFAULT_MEMORY_BUDGET, MemoryBounds};
+use crate::webhook::metrics::{ErrorKind, Metrics};
 
 /// Where the serving certificate comes from.
 #[derive(Debug, Clone)]
@@ -71,7 +71,7 @@ pub struct ServeOptions {
     /// What the config must be adapted to in this cluster.
     pub fit: ClusterFit,
     /// Counted by the background tasks against the cluster (certificates, namespaces); rendered in /metrics.
-    pub cluster_counters: crate::metrics::ClusterCounters,
+    pub cluster_counters: crate::cluster::ClusterCounters,
 }
 
 /// Facts about the cluster that adapt every config, the first and each reloaded one.
@@ -490,7 +490,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .body_bytes_held
         .set((state.bounds.body_bytes - state.body_budget.available_permits()) as i64);
     (
-        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        [(header::CONTENT_TYPE, crate::webhook::metrics::CONTENT_TYPE)],
         state.metrics.render(),
     )
         .into_response()

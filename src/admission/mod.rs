@@ -18,9 +18,11 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
 use crate::config::Config;
-use crate::decision::{Decision, Denial, NamespaceInfo, PodHead, Reason, decide};
-use crate::inject::{Outcome, inject, wire};
-use crate::lite::{LitePod, lite_patch_is_exact};
+use crate::core::decide::PodHead;
+use crate::core::{Decision, Denial, NamespaceInfo, Outcome, Reason, decide, inject, wire};
+use lite::{LitePod, lite_patch_is_exact};
+
+pub mod lite;
 
 /// The only AdmissionReview version pdp-injector speaks (the MutatingWebhookConfiguration asks for it alone).
 pub const API_VERSION: &str = "admission.k8s.io/v1";

@@ -1,7 +1,7 @@
 //! The part of a Pod that deciding and rendering read, parsed in the same pass as the AdmissionReview.
 //!
-//! [`decide`](crate::decision::decide) reads the annotations, the labels and the container names;
-//! [`render`](crate::render::render) also reads the app containers' `env` and `volumeMounts`, the volumes and
+//! [`decide`](crate::core::decide) reads the annotations, the labels and the container names;
+//! [`render`](crate::core::render::render) also reads the app containers' `env` and `volumeMounts`, the volumes and
 //! `hostNetwork`, and only ever *adds* to those. Everything else in the Pod (images, probes, resources, affinity,
 //! ...) is skipped by the parser without allocating, which is most of the bytes and most of the cost of a typed
 //! parse.

@@ -4,9 +4,9 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::config::{Config, Mode};
-use crate::decision::{Decision, Denial, NamespaceInfo, Plan, Reason, Warning, decide};
-use crate::patch::diff_pods;
-use crate::render::render;
+use crate::core::patch::diff_pods;
+use crate::core::render::render;
+use crate::core::{Decision, Denial, NamespaceInfo, Plan, Reason, Warning, decide};
 
 /// A Pod that gets wired.
 #[derive(Debug, Clone)]

@@ -1,10 +1,6 @@
-//! What the webhook learns from the cluster: namespace labels (a metadata-only watch feeding an in-memory
-//! store, so the request path makes no API call) and whether the apiserver supports native sidecars.
-
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+//! Where the webhook learns a namespace's labels: the [`NamespaceSource`] the request path asks, and its
+//! implementation over the cluster (a metadata-only watch feeding an in-memory store, so the request path makes
+//! no API call, and a read of one namespace when the store cannot answer).
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
@@ -12,11 +8,68 @@ use kube::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use tracing::{info, warn};
 
-use crate::decision::NamespaceInfo;
-use crate::metrics::ClusterCounters;
-use crate::namespaces::{FetchFuture, NamespaceSource};
+use super::ClusterCounters;
+use crate::core::NamespaceInfo;
+
+/// What [`NamespaceSource::fetch`] returns.
+pub type FetchFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Option<NamespaceInfo>, String>> + Send + 'a>>;
+
+/// A source of namespace facts for the core.
+pub trait NamespaceSource: Send + Sync {
+    /// What is known of `name` now, from memory; `None` when the namespace is not (yet) known.
+    fn lookup(&self, name: &str) -> Option<NamespaceInfo>;
+    /// True once the source has its first complete view (readiness waits for it).
+    fn synced(&self) -> bool;
+    /// Asks the cluster for a namespace the cache does not have yet (created a moment ago) or may have stale
+    /// (labelled a moment ago): without this, a Pod in a freshly labelled namespace would be taken as not opted
+    /// in. `Ok(None)`: the namespace does not exist; `Err`: the cluster could not be asked (sources without a
+    /// cluster cannot ask anyone).
+    fn fetch<'a>(&'a self, _name: &'a str) -> FetchFuture<'a> {
+        Box::pin(std::future::ready(Err("no cluster to ask".to_string())))
+    }
+}
+
+/// No cluster (local `serve`, tests): every namespace is unlabelled, so only Pod annotations opt in and the
+/// config's default Pod Security level applies.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoCluster;
+
+impl NamespaceSource for NoCluster {
+    fn lookup(&self, name: &str) -> Option<NamespaceInfo> {
+        Some(NamespaceInfo::named(name))
+    }
+
+    fn synced(&self) -> bool {
+        true
+    }
+}
+
+/// A fixed set of namespaces, for tests and for running against a known layout.
+#[derive(Debug, Default, Clone)]
+pub struct Static(pub std::collections::HashMap<String, NamespaceInfo>);
+
+impl NamespaceSource for Static {
+    fn lookup(&self, name: &str) -> Option<NamespaceInfo> {
+        Some(
+            self.0
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| NamespaceInfo::named(name)),
+        )
+    }
+
+    fn synced(&self) -> bool {
+        true
+    }
+}
 
 /// Namespace labels from a reflector over `PartialObjectMeta<Namespace>` (labels only, no specs).
 #[derive(Clone)]
@@ -113,63 +166,5 @@ impl NamespaceSource for ClusterNamespaces {
                 }
             }
         })
-    }
-}
-
-/// Whether the apiserver stores native sidecars (init containers with `restartPolicy: Always` and probes):
-/// Kubernetes 1.29 and later. Older servers silently drop the restart policy and refuse the probes.
-pub fn supports_native_sidecars(major: &str, minor: &str) -> bool {
-    let digits = |s: &str| {
-        s.chars()
-            .take_while(char::is_ascii_digit)
-            .collect::<String>()
-            .parse::<u32>()
-            .ok()
-    };
-    match (digits(major), digits(minor)) {
-        (Some(1), Some(minor)) => minor >= 29,
-        (Some(major), _) => major > 1,
-        _ => true,
-    }
-}
-
-/// Asks the apiserver for its version; on failure assumes a current server (native sidecars) and says so.
-pub async fn native_sidecars(client: &kube::Client) -> bool {
-    match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
-        Ok(Ok(info)) => {
-            let native = supports_native_sidecars(&info.major, &info.minor);
-            info!(
-                version = %info.git_version,
-                native_sidecars = native,
-                "connected to the apiserver"
-            );
-            if !native {
-                warn!("apiserver older than 1.29: sidecars are rendered as classic containers");
-            }
-            native
-        }
-        Ok(Err(e)) => {
-            warn!(error = %e, "cannot read the apiserver version; assuming native sidecars are supported");
-            true
-        }
-        Err(_) => {
-            warn!("apiserver version request timed out; assuming native sidecars are supported");
-            true
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn native_sidecars_from_1_29() {
-        assert!(!supports_native_sidecars("1", "20"));
-        assert!(!supports_native_sidecars("1", "28+"));
-        assert!(supports_native_sidecars("1", "29"));
-        assert!(supports_native_sidecars("1", "33+"));
-        assert!(supports_native_sidecars("2", "0"));
-        assert!(supports_native_sidecars("", ""));
     }
 }

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::config::{Config, Mode, Placement, Profile, PssLevel};
-use crate::decision::{Denial, Plan, Reason, Status, Warning, WarningCode};
+use crate::core::{Denial, Plan, Reason, Status, Warning, WarningCode};
 use crate::names::*;
 
 /// A Pod with its PDP wiring applied.

@@ -1,6 +1,8 @@
 //! TLS for the webhook: rustls with the ring provider, TLS 1.2 and 1.3 only, optional client-certificate
 //! verification (mTLS), built from PEM bytes so that files, Secrets and tests share one path.
 
+pub mod certs;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -179,7 +181,7 @@ pub fn build(material: &TlsMaterial) -> Result<LoadedTls, TlsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::certs::generate;
+    use crate::tls::certs::generate;
 
     fn material() -> TlsMaterial {
         let b = generate(&["localhost".into()], 2, 1).unwrap();

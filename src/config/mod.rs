@@ -1,0 +1,510 @@
+//! The injector's configuration: one YAML file, admin-owned, with built-in defaults so that no file is needed.
+//!
+//! Pod annotations only *choose* among the profiles defined here; everything that matters for security (image,
+//! hostPath, capabilities, user) comes from this file or the built-ins, never from a Pod.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements, SecurityContext, Volume};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::names::ALWAYS_EXCLUDED_NAMESPACES;
+
+mod builtins;
+mod security;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+pub use builtins::builtin_profiles;
+use builtins::default_resources;
+use security::overlay_security_context;
+pub use security::{SELINUX_TYPES_ALLOWED, restricted_security_context, restricted_violations};
+pub use validate::PROFILE_VOLUME_KINDS;
+use validate::{check_volume_keys, validate_name, validate_profile};
+
+/// How a Pod is wired to its PDP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// A PDP container inside the Pod (native sidecar).
+    Sidecar,
+    /// The node-local PDP of a DaemonSet, reached through the Downward API and a hostPath socket.
+    Daemonset,
+}
+
+impl Mode {
+    /// The spelling used in annotations, labels and the status annotation.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Sidecar => "sidecar",
+            Mode::Daemonset => "daemonset",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A Pod Security Standards level, ordered from the most to the least permissive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PssLevel {
+    /// Anything goes, hostPath included.
+    Privileged,
+    /// Forbids hostPath, host namespaces and privileged containers.
+    Baseline,
+    /// Baseline plus non-root, no privilege escalation, dropped capabilities, seccomp.
+    Restricted,
+}
+
+impl PssLevel {
+    /// Reads a `pod-security.kubernetes.io/enforce` value. Anything unknown counts as `restricted`, the level the
+    /// Pod Security admission plugin itself falls back to, so a typo never widens what the webhook allows.
+    pub fn from_label(value: &str) -> PssLevel {
+        match value {
+            "privileged" => PssLevel::Privileged,
+            "baseline" => PssLevel::Baseline,
+            _ => PssLevel::Restricted,
+        }
+    }
+
+    /// The spelling used in the namespace label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PssLevel::Privileged => "privileged",
+            PssLevel::Baseline => "baseline",
+            PssLevel::Restricted => "restricted",
+        }
+    }
+}
+
+/// Which Downward API field gives app containers the address of their node's PDP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HostField {
+    /// The node's IP (`status.hostIP`): works without cluster DNS for node names.
+    #[serde(rename = "status.hostIP")]
+    HostIp,
+    /// The node's name (`spec.nodeName`): for clusters where node names resolve and IPs change.
+    #[serde(rename = "spec.nodeName")]
+    NodeName,
+}
+
+impl HostField {
+    /// The Downward API field path.
+    pub fn field_path(self) -> &'static str {
+        match self {
+            HostField::HostIp => "status.hostIP",
+            HostField::NodeName => "spec.nodeName",
+        }
+    }
+}
+
+/// Where the sidecar goes among the Pod's init containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Placement {
+    /// After the Pod's own init containers: they run before the PDP starts (the default, as with Istio).
+    AfterInit,
+    /// Before the Pod's own init containers, so that they can already call the PDP.
+    First,
+}
+
+/// A named port the PDP listens on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NamedPort {
+    /// Port name (at most 15 characters, as Kubernetes requires).
+    pub name: String,
+    /// Port number.
+    pub port: u16,
+}
+
+/// The PDP's HTTP health endpoint, used for the sidecar's startup and readiness probes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HealthCheck {
+    /// HTTP path that answers 200 once the PDP serves decisions.
+    pub path: String,
+    /// Port of that endpoint.
+    pub port: u16,
+}
+
+/// Names of the environment variables app containers receive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EnvNames {
+    /// Host of the PDP (`127.0.0.1` in sidecar mode, the node from the Downward API in daemonset mode).
+    pub host: String,
+    /// `host:port` of the PDP: the one variable an app needs, identical in name in both modes.
+    pub address: String,
+    /// Path of the PDP's Unix socket, when the mode provides one.
+    pub socket: String,
+    /// Port of the PDP on its own, for SDKs that read host and port separately (flagd's `FLAGD_PORT`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<String>,
+}
+
+/// Where the PDP's Unix socket lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SocketSpec {
+    /// Directory of the socket: the hostPath in daemonset mode and the mount path in app containers.
+    pub dir: String,
+    /// File name of the socket inside `dir`.
+    pub file: String,
+}
+
+impl SocketSpec {
+    /// Full path of the socket as app containers see it.
+    pub fn path(&self) -> String {
+        format!("{}/{}", self.dir.trim_end_matches('/'), self.file)
+    }
+}
+
+/// How the sidecar is added in sidecar mode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SidecarSpec {
+    /// Where the native sidecar goes among init containers.
+    pub placement: Placement,
+    /// `true`: a native sidecar (init container with `restartPolicy: Always`, Kubernetes 1.29+).
+    /// `false`: a classic container appended to `containers`, for older clusters.
+    pub native: bool,
+    /// Share the PDP's socket directory with app containers through an in-memory emptyDir.
+    pub unix_socket: bool,
+}
+
+/// A volume the PDP container needs (its config or policies), mounted only into the PDP container.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProfileVolume {
+    /// The Pod volume; its name must not collide with the Pod's own volumes.
+    pub volume: Volume,
+    /// Where the PDP container sees it.
+    pub mount_path: String,
+}
+
+/// Client TLS material that app containers use to talk to the PDP over mTLS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MtlsSpec {
+    /// Secret in the Pod's namespace holding the client certificate, key and CA.
+    pub secret_name: String,
+    /// Where app containers see it (read-only).
+    pub mount_path: String,
+}
+
+/// Everything pdp-injector needs to wire a Pod to one kind of PDP. Admin-owned.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Profile {
+    /// PDP image for the sidecar.
+    pub image: String,
+    /// Pull policy of that image.
+    pub image_pull_policy: String,
+    /// Name of the sidecar container; its presence marks a Pod as already wired.
+    pub container_name: String,
+    /// Arguments of the sidecar.
+    pub args: Vec<String>,
+    /// Extra environment of the sidecar.
+    pub env: Vec<EnvVar>,
+    /// Ports the PDP listens on.
+    pub ports: Vec<NamedPort>,
+    /// The port the address variable points at.
+    pub address_port: u16,
+    /// Health endpoint for the sidecar's probes.
+    pub health: HealthCheck,
+    /// Resources of the sidecar.
+    pub resources: ResourceRequirements,
+    /// Security context of the sidecar; must meet Pod Security `restricted`.
+    pub security_context: SecurityContext,
+    /// Names of the variables app containers receive.
+    pub env_names: EnvNames,
+    /// Downward API field for the host in daemonset mode.
+    pub host_field: HostField,
+    /// The PDP's socket.
+    pub socket: SocketSpec,
+    /// Sidecar shape and placement.
+    pub sidecar: SidecarSpec,
+    /// Volumes of the sidecar (config, policies).
+    pub volumes: Vec<ProfileVolume>,
+    /// Optional client mTLS Secret mounted into app containers.
+    pub mtls: Option<MtlsSpec>,
+}
+
+/// A profile as written in the file: every field optional, laid over the profile it `extends` (by default the
+/// built-in of the same name, if there is one).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ProfileFile {
+    extends: Option<String>,
+    image: Option<String>,
+    image_pull_policy: Option<String>,
+    container_name: Option<String>,
+    args: Option<Vec<String>>,
+    env: Option<Vec<EnvVar>>,
+    ports: Option<Vec<NamedPort>>,
+    address_port: Option<u16>,
+    health: Option<HealthCheck>,
+    resources: Option<ResourceRequirements>,
+    security_context: Option<SecurityContext>,
+    env_names: Option<EnvNames>,
+    host_field: Option<HostField>,
+    socket: Option<SocketSpec>,
+    sidecar: Option<SidecarSpec>,
+    volumes: Option<Vec<ProfileVolume>>,
+    mtls: Option<MtlsSpec>,
+}
+
+/// The file as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ConfigFile {
+    default_mode: Option<Mode>,
+    default_profile: Option<String>,
+    inject_by_default: Option<bool>,
+    webhook_namespace: Option<String>,
+    excluded_namespaces: Option<Vec<String>>,
+    default_pod_security_level: Option<PssLevel>,
+    profiles: Option<BTreeMap<String, ProfileFile>>,
+}
+
+/// The resolved configuration the core works from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Config {
+    /// Mode for `enabled` opt-ins.
+    pub default_mode: Mode,
+    /// Profile for Pods without a profile annotation.
+    pub default_profile: String,
+    /// Inject Pods that neither they nor their namespace opted in or out.
+    pub inject_by_default: bool,
+    /// The webhook's own namespace: never injected.
+    pub webhook_namespace: String,
+    /// Namespaces never injected (the control plane's, the webhook's own, and any listed in the file).
+    pub excluded_namespaces: BTreeSet<String>,
+    /// The Pod Security level of a namespace without an enforce label (or unknown, as offline).
+    pub default_pod_security_level: PssLevel,
+    /// Named profiles.
+    pub profiles: BTreeMap<String, Profile>,
+    /// Short hash of everything above, written into the status annotation.
+    #[serde(skip)]
+    pub hash: String,
+}
+
+/// Why a config file was refused. The last good config stays in force.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not YAML.
+    #[error("config is not valid YAML: {0}")]
+    Syntax(String),
+    /// A key is unknown or a value has the wrong type; `path` names the key (for example `profiles.cerbos.imge`).
+    #[error("config key {path}: {message}")]
+    Field {
+        /// Dotted path of the offending key.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The values parse but do not make a usable config.
+    #[error("config is invalid: {0}")]
+    Invalid(String),
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::builtin()
+    }
+}
+
+impl Config {
+    /// The configuration with no file: both built-in profiles, daemonset mode, opt-in only.
+    pub fn builtin() -> Config {
+        Self::resolve(ConfigFile::default()).expect("the built-in config is valid")
+    }
+
+    /// Reads and resolves a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_yaml(&text)
+    }
+
+    /// Parses and resolves config text. Unknown keys are errors naming their path.
+    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
+        let tree: serde_json::Value = if text.trim().is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_saphyr::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?
+        };
+        let file: ConfigFile = if tree.is_null() {
+            ConfigFile::default()
+        } else {
+            check_volume_keys(&tree)?;
+            serde_path_to_error::deserialize(tree).map_err(|e| ConfigError::Field {
+                path: e.path().to_string(),
+                message: e.inner().to_string(),
+            })?
+        };
+        Self::resolve(file)
+    }
+
+    fn resolve(file: ConfigFile) -> Result<Config, ConfigError> {
+        let mut profiles = builtin_profiles();
+        for (name, overlay) in file.profiles.unwrap_or_default() {
+            validate_name("profile name", &name)?;
+            let base_name = overlay.extends.clone().unwrap_or_else(|| name.clone());
+            let base = match profiles.get(&base_name) {
+                Some(p) => Some(p.clone()),
+                None if overlay.extends.is_some() => {
+                    return Err(ConfigError::Invalid(format!(
+                        "profile {name:?} extends unknown profile {base_name:?}"
+                    )));
+                }
+                None => None,
+            };
+            let profile = merge_profile(&name, base, overlay)?;
+            profiles.insert(name, profile);
+        }
+        for (name, profile) in &profiles {
+            validate_profile(name, profile)?;
+        }
+        let default_profile = file.default_profile.unwrap_or_else(|| "cerbos".into());
+        if !profiles.contains_key(&default_profile) {
+            return Err(ConfigError::Invalid(format!(
+                "defaultProfile {default_profile:?} is not a profile; profiles are {}",
+                profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let webhook_namespace = file
+            .webhook_namespace
+            .unwrap_or_else(|| "pdp-system".into());
+        let mut excluded: BTreeSet<String> = ALWAYS_EXCLUDED_NAMESPACES
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        excluded.insert(webhook_namespace.clone());
+        excluded.extend(file.excluded_namespaces.unwrap_or_default());
+        let mut config = Config {
+            default_mode: file.default_mode.unwrap_or(Mode::Daemonset),
+            default_profile,
+            inject_by_default: file.inject_by_default.unwrap_or(false),
+            webhook_namespace,
+            excluded_namespaces: excluded,
+            default_pod_security_level: file
+                .default_pod_security_level
+                // Fail safe: assuming more than the cluster allows gets Pods rejected; less only drops the socket.
+                .unwrap_or(PssLevel::Baseline),
+            profiles,
+            hash: String::new(),
+        };
+        let canonical =
+            serde_json::to_vec(&config).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let digest = Sha256::digest(&canonical);
+        config.hash = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+        Ok(config)
+    }
+
+    /// The same config for an apiserver without native sidecars (before 1.29): every sidecar becomes a classic
+    /// container. The hash changes with it, so the status annotation tells which form a Pod got.
+    pub fn with_classic_sidecars(mut self) -> Config {
+        for profile in self.profiles.values_mut() {
+            profile.sidecar.native = false;
+        }
+        self.hash = hash_of(&self);
+        self
+    }
+
+    /// Names of the profiles, for error messages.
+    pub fn profile_names(&self) -> String {
+        self.profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+    }
+}
+
+fn hash_of(config: &Config) -> String {
+    // A config of strings, numbers and maps with string keys always serializes.
+    let canonical = serde_json::to_vec(config).expect("config serializes to JSON");
+    let digest = Sha256::digest(&canonical);
+    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn merge_profile(
+    name: &str,
+    base: Option<Profile>,
+    o: ProfileFile,
+) -> Result<Profile, ConfigError> {
+    let missing = |field: &str| {
+        ConfigError::Invalid(format!(
+            "profile {name:?} has no {field} (a new profile must set it or `extends` a profile that does)"
+        ))
+    };
+    match base {
+        Some(b) => Ok(Profile {
+            image: o.image.unwrap_or(b.image),
+            image_pull_policy: o.image_pull_policy.unwrap_or(b.image_pull_policy),
+            container_name: o.container_name.unwrap_or(b.container_name),
+            args: o.args.unwrap_or(b.args),
+            env: o.env.unwrap_or(b.env),
+            ports: o.ports.unwrap_or(b.ports),
+            address_port: o.address_port.unwrap_or(b.address_port),
+            health: o.health.unwrap_or(b.health),
+            resources: o.resources.unwrap_or(b.resources),
+            security_context: o
+                .security_context
+                .map(overlay_security_context)
+                .unwrap_or(b.security_context),
+            env_names: o.env_names.unwrap_or(b.env_names),
+            host_field: o.host_field.unwrap_or(b.host_field),
+            socket: o.socket.unwrap_or(b.socket),
+            sidecar: o.sidecar.unwrap_or(b.sidecar),
+            volumes: o.volumes.unwrap_or(b.volumes),
+            mtls: o.mtls.or(b.mtls),
+        }),
+        None => {
+            let ports = o.ports.ok_or_else(|| missing("ports"))?;
+            let address_port = o
+                .address_port
+                .or_else(|| ports.first().map(|p| p.port))
+                .ok_or_else(|| missing("addressPort"))?;
+            Ok(Profile {
+                image: o.image.ok_or_else(|| missing("image"))?,
+                image_pull_policy: o.image_pull_policy.unwrap_or_else(|| "IfNotPresent".into()),
+                container_name: o.container_name.unwrap_or_else(|| format!("{name}-pdp")),
+                args: o.args.unwrap_or_default(),
+                env: o.env.unwrap_or_default(),
+                ports,
+                address_port,
+                health: o.health.ok_or_else(|| missing("health"))?,
+                resources: o.resources.unwrap_or_else(default_resources),
+                security_context: overlay_security_context(o.security_context.unwrap_or_default()),
+                env_names: o.env_names.ok_or_else(|| missing("envNames"))?,
+                host_field: o.host_field.unwrap_or(HostField::HostIp),
+                socket: o.socket.ok_or_else(|| missing("socket"))?,
+                sidecar: o.sidecar.unwrap_or(SidecarSpec {
+                    placement: Placement::AfterInit,
+                    native: true,
+                    unix_socket: false,
+                }),
+                volumes: o.volumes.unwrap_or_default(),
+                mtls: o.mtls,
+            })
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! Unit tests of loading, merging and validating configs.
+
+use super::validate::{socket_dir_problem, volume_source_problem};
+use super::*;
+
+#[test]
+fn builtin_config_has_both_profiles_and_safe_defaults() {
+    let c = Config::builtin();
+    assert_eq!(c.default_mode, Mode::Daemonset);
+    assert_eq!(c.default_profile, "cerbos");
+    assert!(!c.inject_by_default);
+    assert_eq!(c.profile_names(), "cerbos, flagd");
+    for ns in [
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+        "pdp-system",
+    ] {
+        assert!(c.excluded_namespaces.contains(ns), "{ns}");
+    }
+    assert_eq!(c.hash.len(), 12);
+}
+
+#[test]
+fn empty_file_equals_builtin() {
+    assert_eq!(Config::from_yaml("").unwrap(), Config::builtin());
+    assert_eq!(Config::from_yaml("# nothing\n").unwrap(), Config::builtin());
+}
+
+#[test]
+fn unknown_key_names_its_path() {
+    let err = Config::from_yaml("profiles:\n  cerbos:\n    imagee: x\n").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("profiles.cerbos"), "{text}");
+    assert!(text.contains("imagee"), "{text}");
+    let err = Config::from_yaml("defaultMod: sidecar\n").unwrap_err();
+    assert!(err.to_string().contains("defaultMod"), "{err}");
+}
+
+#[test]
+fn wrong_type_names_its_path() {
+    let err = Config::from_yaml("defaultMode: sidecars\n").unwrap_err();
+    assert!(
+        err.to_string().starts_with("config key defaultMode:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn overlay_keeps_builtin_fields_and_changes_the_hash() {
+    let c = Config::from_yaml(
+        "defaultMode: sidecar\nprofiles:\n  cerbos:\n    image: registry.local/cerbos:1\n",
+    )
+    .unwrap();
+    assert_eq!(c.default_mode, Mode::Sidecar);
+    let p = &c.profiles["cerbos"];
+    assert_eq!(p.image, "registry.local/cerbos:1");
+    assert_eq!(p.address_port, 3593);
+    assert_ne!(c.hash, Config::builtin().hash);
+}
+
+#[test]
+fn new_profile_extends_and_requires_fields() {
+    let c = Config::from_yaml(
+        "profiles:\n  cerbos-tenant:\n    extends: cerbos\n    containerName: tenant-pdp\n",
+    )
+    .unwrap();
+    assert_eq!(c.profiles["cerbos-tenant"].container_name, "tenant-pdp");
+    let err = Config::from_yaml("profiles:\n  opa:\n    image: openpolicyagent/opa\n").unwrap_err();
+    assert!(
+        err.to_string().contains("profile \"opa\" has no ports"),
+        "{err}"
+    );
+    let err = Config::from_yaml("profiles:\n  x:\n    extends: nope\n").unwrap_err();
+    assert!(
+        err.to_string().contains("unknown profile \"nope\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn unsafe_profiles_are_refused() {
+    let err = Config::from_yaml(
+        "profiles:\n  cerbos:\n    securityContext:\n      allowPrivilegeEscalation: true\n",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("restricted"), "{err}");
+    let err = Config::from_yaml(
+        "profiles:\n  cerbos:\n    volumes:\n    - mountPath: /x\n      volume:\n        name: host\n        hostPath:\n          path: /\n",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("hostPath"), "{err}");
+    let err = Config::from_yaml("defaultProfile: opa\n").unwrap_err();
+    assert!(err.to_string().contains("cerbos, flagd"), "{err}");
+    let err = Config::from_yaml("profiles:\n  cerbos:\n    addressPort: 1\n").unwrap_err();
+    assert!(err.to_string().contains("addressPort 1"), "{err}");
+}
+
+#[test]
+fn admin_security_context_keeps_the_hardening_it_does_not_mention() {
+    let c =
+        Config::from_yaml("profiles:\n  cerbos:\n    securityContext:\n      runAsUser: 4242\n")
+            .unwrap();
+    let sc = &c.profiles["cerbos"].security_context;
+    assert_eq!(sc.run_as_user, Some(4242));
+    assert!(restricted_violations(sc).is_empty());
+}
+
+#[test]
+fn builtin_contexts_meet_restricted() {
+    for p in builtin_profiles().values() {
+        assert!(restricted_violations(&p.security_context).is_empty());
+    }
+    let open = SecurityContext::default();
+    assert_eq!(restricted_violations(&open).len(), 4);
+}
+
+/// A profile `cerbos` whose securityContext is `sc` (YAML flow mapping), laid over the restricted baseline.
+fn with_security_context(sc: &str) -> Result<Config, ConfigError> {
+    Config::from_yaml(&format!(
+        "profiles:\n  cerbos:\n    securityContext: {sc}\n"
+    ))
+}
+
+#[test]
+fn restricted_checker_refuses_every_container_level_escape() {
+    // Each line: a securityContext that Pod Security admission refuses at `restricted`, and the words the
+    // refusal must contain (the field and its value).
+    let refused = [
+        ("{procMount: Unmasked}", "procMount is \"Unmasked\""),
+        (
+            "{seLinuxOptions: {type: spc_t}}",
+            "seLinuxOptions.type is \"spc_t\"",
+        ),
+        (
+            "{seLinuxOptions: {type: container_engine_t}}",
+            "seLinuxOptions.type is \"container_engine_t\"",
+        ),
+        (
+            "{seLinuxOptions: {type: unconfined_t}}",
+            "seLinuxOptions.type is \"unconfined_t\"",
+        ),
+        (
+            "{seLinuxOptions: {user: system_u}}",
+            "seLinuxOptions.user is \"system_u\"",
+        ),
+        (
+            "{seLinuxOptions: {role: system_r}}",
+            "seLinuxOptions.role is \"system_r\"",
+        ),
+        (
+            "{appArmorProfile: {type: Unconfined}}",
+            "appArmorProfile.type is \"Unconfined\"",
+        ),
+        (
+            "{appArmorProfile: {type: unconfined}}",
+            "appArmorProfile.type is \"unconfined\"",
+        ),
+        (
+            "{windowsOptions: {hostProcess: true}}",
+            "windowsOptions.hostProcess is true",
+        ),
+        (
+            "{capabilities: {drop: [ALL], add: [SYS_ADMIN]}}",
+            "capabilities.add holds SYS_ADMIN",
+        ),
+        (
+            "{capabilities: {drop: [ALL], add: [NET_BIND_SERVICE, NET_RAW]}}",
+            "capabilities.add holds NET_RAW",
+        ),
+        (
+            "{capabilities: {add: [NET_BIND_SERVICE]}}",
+            "capabilities.drop does not contain ALL",
+        ),
+        (
+            "{seccompProfile: {type: Unconfined}}",
+            "seccompProfile.type is \"Unconfined\"",
+        ),
+        ("{privileged: true}", "privileged is true"),
+        ("{runAsUser: 0}", "runAsUser is 0"),
+        ("{runAsNonRoot: false}", "runAsNonRoot is not true"),
+        (
+            "{allowPrivilegeEscalation: true}",
+            "allowPrivilegeEscalation is not false",
+        ),
+    ];
+    for (sc, words) in refused {
+        let err = with_security_context(sc).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "profile \"cerbos\": securityContext does not meet Pod Security restricted"
+            ) && err.contains(words),
+            "{sc}: {err}"
+        );
+    }
+    // What restricted allows for the same fields.
+    let allowed = [
+        "{procMount: Default}",
+        "{seLinuxOptions: {type: container_t, level: \"s0:c123,c456\"}}",
+        "{seLinuxOptions: {type: container_init_t}}",
+        "{seLinuxOptions: {type: container_kvm_t, user: \"\", role: \"\"}}",
+        "{seLinuxOptions: {type: \"\"}}",
+        "{seLinuxOptions: {level: s0}}",
+        "{appArmorProfile: {type: RuntimeDefault}}",
+        "{appArmorProfile: {type: Localhost, localhostProfile: k8s-pdp}}",
+        "{windowsOptions: {hostProcess: false, runAsUserName: pdp}}",
+        "{capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}}",
+        "{seccompProfile: {type: Localhost, localhostProfile: pdp.json}}",
+    ];
+    for sc in allowed {
+        let c = with_security_context(sc).unwrap_or_else(|e| panic!("{sc}: {e}"));
+        assert!(restricted_violations(&c.profiles["cerbos"].security_context).is_empty());
+    }
+    // The checker on its own: every violation is reported, not only the first.
+    let sc: SecurityContext = serde_json::from_value(serde_json::json!({
+        "allowPrivilegeEscalation": false, "runAsNonRoot": true, "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"}, "procMount": "Unmasked",
+        "seLinuxOptions": {"type": "spc_t", "user": "u", "role": "r"},
+        "appArmorProfile": {"type": "Unconfined"}, "windowsOptions": {"hostProcess": true}
+    }))
+    .unwrap();
+    assert_eq!(
+        restricted_violations(&sc).len(),
+        6,
+        "{:?}",
+        restricted_violations(&sc)
+    );
+}
+
+/// A profile `cerbos` with one sidecar volume `v` of the given source (YAML flow mapping entries).
+fn with_volume(source: &str) -> Result<Config, ConfigError> {
+    Config::from_yaml(&format!(
+        "profiles:\n  cerbos:\n    volumes:\n    - mountPath: /data\n      volume: {{name: v, {source}}}\n"
+    ))
+}
+
+#[test]
+fn profile_volumes_are_an_allow_list() {
+    for source in [
+        "configMap: {name: policies}",
+        "secret: {secretName: pdp-tls}",
+        "emptyDir: {medium: Memory}",
+        "projected: {sources: [{configMap: {name: a}}, {downwardAPI: {items: [{path: ns, fieldRef: {fieldPath: metadata.namespace}}]}}]}",
+        "downwardAPI: {items: [{path: labels, fieldRef: {fieldPath: metadata.labels}}]}",
+    ] {
+        with_volume(source).unwrap_or_else(|e| panic!("{source}: {e}"));
+    }
+    // Everything that reaches the node, its network or cluster storage is refused, naming the volume, its
+    // kind and the allowed kinds.
+    for (source, kind) in [
+        ("hostPath: {path: /}", "hostPath"),
+        (
+            "persistentVolumeClaim: {claimName: data}",
+            "persistentVolumeClaim",
+        ),
+        ("csi: {driver: secrets-store.csi.k8s.io}", "csi"),
+        (
+            "ephemeral: {volumeClaimTemplate: {spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}}}",
+            "ephemeral",
+        ),
+        ("nfs: {server: nfs.local, path: /exports}", "nfs"),
+        (
+            "iscsi: {targetPortal: 10.0.0.1, iqn: iqn.2001-04.com.example:storage, lun: 0}",
+            "iscsi",
+        ),
+        ("image: {reference: registry.local/policies:1}", "image"),
+        (
+            "gitRepo: {repository: https://example.invalid/p.git}",
+            "gitRepo",
+        ),
+        ("rbd: {monitors: [10.0.0.1], image: pdp}", "rbd"),
+        ("flexVolume: {driver: example/driver}", "flexVolume"),
+    ] {
+        let err = with_volume(source).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "profile \"cerbos\": volume \"v\" is a {kind} volume"
+            )) && err.contains("configMap, secret, emptyDir, projected, downwardAPI"),
+            "{source}: {err}"
+        );
+    }
+    // A source the Volume type does not know (misspelt or newer) is not dropped silently.
+    let err = with_volume("configMap: {name: p}, hostPathh: {path: /}")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("profiles.cerbos.volumes[0].volume.hostPathh")
+            && err.contains("configMap, secret, emptyDir, projected, downwardAPI"),
+        "{err}"
+    );
+    // No source at all, or two.
+    let err = Config::from_yaml(
+        "profiles:\n  cerbos:\n    volumes:\n    - mountPath: /data\n      volume: {name: v}\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("volume \"v\" has no volume source"), "{err}");
+    let err = with_volume("configMap: {name: p}, emptyDir: {}")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("volume \"v\" has several volume sources"),
+        "{err}"
+    );
+}
+
+fn with_socket_dir(dir: &str) -> Result<Config, ConfigError> {
+    Config::from_yaml(&format!(
+        "profiles:\n  cerbos:\n    socket: {{dir: \"{dir}\", file: cerbos.sock}}\n"
+    ))
+}
+
+#[test]
+fn socket_dir_is_a_directory_of_its_own() {
+    // Refused, with the words the message must contain.
+    let refused = [
+        ("/", "is the node's /"),
+        ("//", "(that is /) is the node's /"),
+        ("/run", "is the node's /run"),
+        ("/var/run", "is the node's /var/run"),
+        ("/var/run/", "(that is /var/run) is the node's /var/run"),
+        ("//var//run//", "(that is /var/run) is the node's /var/run"),
+        ("/var/./run", "(that is /var/run) is the node's /var/run"),
+        ("/var", "is the node's /var"),
+        ("/etc", "is the node's /etc"),
+        ("/proc", "is the node's /proc"),
+        ("/sys", "is the node's /sys"),
+        ("/dev", "is the node's /dev"),
+        ("/home", "is the node's /home"),
+        ("/root", "is the node's /root"),
+        ("/usr", "is the node's /usr"),
+        ("/var/lib", "is the node's /var/lib"),
+        ("/var/lib/kubelet", "is the node's /var/lib/kubelet"),
+        (
+            "/var/lib/kubelet/",
+            "(that is /var/lib/kubelet) is the node's /var/lib/kubelet",
+        ),
+        ("/var/log", "is the node's /var/log"),
+        ("/var/run/docker.sock", "is the node's /var/run/docker.sock"),
+        ("/run/docker.sock", "is the node's /run/docker.sock"),
+        (
+            "/var/run/cri-dockerd.sock",
+            "is the node's /var/run/cri-dockerd.sock",
+        ),
+        ("/run/containerd", "is the node's /run/containerd"),
+        ("/var/run/containerd", "is the node's /var/run/containerd"),
+        ("/run/crio", "is the node's /run/crio"),
+        (
+            "/var/run/crio/",
+            "(that is /var/run/crio) is the node's /var/run/crio",
+        ),
+        // Inside the kubelet's, the runtime's or the kernel's trees.
+        (
+            "/var/lib/kubelet/pods",
+            "is inside the node's /var/lib/kubelet",
+        ),
+        (
+            "/run/containerd/pdp",
+            "is inside the node's /run/containerd",
+        ),
+        ("/var/log/pods", "is inside the node's /var/log"),
+        ("/proc/self", "is inside the node's /proc"),
+        ("/etc/cerbos", "is inside the node's /etc"),
+        // One level only.
+        ("/cerbos", "must be at least two levels deep"),
+        (
+            "/cerbos/",
+            "(that is /cerbos) must be at least two levels deep",
+        ),
+        ("/tmp", "must be at least two levels deep"),
+    ];
+    for (dir, words) in refused {
+        let err = with_socket_dir(dir).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("profile \"cerbos\": socket.dir {dir:?} {words}"))
+                && err.contains("like /var/run/cerbos"),
+            "{dir}: {err}"
+        );
+    }
+    for dir in [
+        "/var/run/cerbos",
+        "/var/run/cerbos/",
+        "/run/flagd",
+        "/run/pdp/cerbos",
+        "/var/lib/cerbos",
+        "/opt/pdp",
+        "/var/run/containerd-pdp",
+    ] {
+        with_socket_dir(dir).unwrap_or_else(|e| panic!("{dir}: {e}"));
+    }
+}
+
+#[test]
+fn builtin_and_shipped_configs_pass_every_check() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut configs = vec![("built-in".to_string(), Config::builtin())];
+    for file in [
+        "manifests/base/config.yaml",
+        "manifests/overlays/sidecar-only/config.yaml",
+        "tests/golden/custom/config.yaml",
+        "fuzz/seeds/config/every-key.yaml",
+    ] {
+        let config = Config::load(&root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        configs.push((file.to_string(), config));
+    }
+    for (source, config) in &configs {
+        for (name, p) in &config.profiles {
+            assert!(
+                restricted_violations(&p.security_context).is_empty(),
+                "{source}: {name}"
+            );
+            assert_eq!(socket_dir_problem(&p.socket.dir), None, "{source}: {name}");
+            for v in &p.volumes {
+                assert_eq!(volume_source_problem(&v.volume), None, "{source}: {name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn pss_levels_parse_strictly() {
+    assert_eq!(PssLevel::from_label("privileged"), PssLevel::Privileged);
+    assert_eq!(PssLevel::from_label("baseline"), PssLevel::Baseline);
+    assert_eq!(PssLevel::from_label("restricted"), PssLevel::Restricted);
+    assert_eq!(PssLevel::from_label("Privileged"), PssLevel::Restricted);
+}

@@ -1,0 +1,312 @@
+//! What a config must satisfy before it is used: names, profiles, volume sources, the socket directory.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Volume;
+
+use super::security::restricted_violations;
+use super::{ConfigError, Profile};
+
+pub(super) fn validate_name(what: &str, name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(format!(
+            "{what} {name:?} is not a DNS label (lowercase letters, digits and '-', at most 63)"
+        )))
+    }
+}
+
+fn validate_env_name(profile: &str, name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && !name.as_bytes()[0].is_ascii_digit()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(format!(
+            "profile {profile:?}: {name:?} is not a valid environment variable name"
+        )))
+    }
+}
+
+pub(super) fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigError> {
+    let bad = |msg: String| Err(ConfigError::Invalid(format!("profile {name:?}: {msg}")));
+    validate_name("container name", &p.container_name)?;
+    if p.image.trim().is_empty() {
+        return bad("image is empty".into());
+    }
+    if p.ports.is_empty() {
+        return bad("ports is empty".into());
+    }
+    for port in &p.ports {
+        if port.port == 0 {
+            return bad(format!("port {:?} is 0", port.name));
+        }
+        validate_name("port name", &port.name)?;
+        if port.name.len() > 15 {
+            return bad(format!(
+                "port name {:?} is longer than 15 characters",
+                port.name
+            ));
+        }
+    }
+    if !p.ports.iter().any(|port| port.port == p.address_port) {
+        return bad(format!(
+            "addressPort {} is not one of its ports",
+            p.address_port
+        ));
+    }
+    if !p.health.path.starts_with('/') {
+        return bad(format!(
+            "health.path {:?} must start with '/'",
+            p.health.path
+        ));
+    }
+    let names = [&p.env_names.host, &p.env_names.address, &p.env_names.socket];
+    for n in names.iter().copied().chain(p.env_names.port.as_ref()) {
+        validate_env_name(name, n)?;
+    }
+    let distinct: BTreeSet<&String> = names
+        .iter()
+        .copied()
+        .chain(p.env_names.port.as_ref())
+        .collect();
+    if distinct.len() != 3 + usize::from(p.env_names.port.is_some()) {
+        return bad("envNames must be distinct".into());
+    }
+    for (what, path) in [("socket.dir", &p.socket.dir)]
+        .into_iter()
+        .chain(p.mtls.as_ref().map(|m| ("mtls.mountPath", &m.mount_path)))
+        .chain(
+            p.volumes
+                .iter()
+                .map(|v| ("volumes[].mountPath", &v.mount_path)),
+        )
+    {
+        if !path.starts_with('/') || path.split('/').any(|seg| seg == "..") {
+            return bad(format!(
+                "{what} {path:?} must be an absolute path without '..'"
+            ));
+        }
+    }
+    if p.socket.file.is_empty() || p.socket.file.contains('/') {
+        return bad(format!(
+            "socket.file {:?} must be a plain file name",
+            p.socket.file
+        ));
+    }
+    if let Some(problem) = socket_dir_problem(&p.socket.dir) {
+        return bad(format!("socket.dir {:?} {problem}", p.socket.dir));
+    }
+    let mut volume_names = BTreeSet::from([crate::names::VOLUME_SOCKET, crate::names::VOLUME_MTLS]);
+    for v in &p.volumes {
+        validate_name("volume name", &v.volume.name)?;
+        if let Some(problem) = volume_source_problem(&v.volume) {
+            return bad(format!("volume {:?} {problem}", v.volume.name));
+        }
+        if !volume_names.insert(v.volume.name.as_str()) {
+            return bad(format!(
+                "volume name {:?} is used twice or reserved",
+                v.volume.name
+            ));
+        }
+    }
+    if let Some(m) = &p.mtls {
+        validate_name("mtls.secretName", &m.secret_name)?;
+    }
+    let violations = restricted_violations(&p.security_context);
+    if !violations.is_empty() {
+        return bad(format!(
+            "securityContext does not meet Pod Security restricted: {}",
+            violations.join("; ")
+        ));
+    }
+    Ok(())
+}
+
+/// The volume sources a profile may give its sidecar: data the apiserver or kubelet hands the Pod, nothing that
+/// reaches the node's filesystem (hostPath), network or cluster storage (persistentVolumeClaim, csi, ephemeral,
+/// nfs, iscsi, image, ...), and nothing unknown. Field names as in the Kubernetes Volume.
+pub const PROFILE_VOLUME_KINDS: [&str; 5] = [
+    "configMap",
+    "secret",
+    "emptyDir",
+    "projected",
+    "downwardAPI",
+];
+
+/// What is wrong with a profile volume's source, if anything: it must have exactly one, from
+/// [`PROFILE_VOLUME_KINDS`].
+pub(super) fn volume_source_problem(volume: &Volume) -> Option<String> {
+    let allowed = PROFILE_VOLUME_KINDS.join(", ");
+    // Every source the typed Volume knows, by its field name: the JSON keys other than `name`.
+    let sources: Vec<String> = match serde_json::to_value(volume) {
+        Ok(serde_json::Value::Object(map)) => map
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| k != "name")
+            .collect(),
+        _ => {
+            return Some(format!(
+                "cannot be read; sidecar volumes may only be {allowed}"
+            ));
+        }
+    };
+    if let Some(kind) = sources
+        .iter()
+        .find(|k| !PROFILE_VOLUME_KINDS.contains(&k.as_str()))
+    {
+        return Some(format!(
+            "is a {kind} volume; sidecar volumes may only be {allowed} (nothing that reaches into the node or \
+             cluster storage)"
+        ));
+    }
+    match sources.len() {
+        1 => None,
+        0 => Some(format!(
+            "has no volume source; sidecar volumes must be one of {allowed}"
+        )),
+        _ => Some(format!(
+            "has several volume sources ({}); a volume has exactly one",
+            sources.join(", ")
+        )),
+    }
+}
+
+/// Keys of profile volumes in the file that the typed Volume would drop silently (an unknown or misspelt
+/// source, or one newer than this build's Kubernetes types): refused, with their path, instead of leaving a
+/// volume without its source.
+pub(super) fn check_volume_keys(tree: &serde_json::Value) -> Result<(), ConfigError> {
+    let Some(profiles) = tree.get("profiles").and_then(serde_json::Value::as_object) else {
+        return Ok(());
+    };
+    for (name, profile) in profiles {
+        let Some(volumes) = profile.get("volumes").and_then(serde_json::Value::as_array) else {
+            continue;
+        };
+        for (i, v) in volumes.iter().enumerate() {
+            let Some(volume) = v.get("volume").and_then(serde_json::Value::as_object) else {
+                continue;
+            };
+            // The keys the typed Volume keeps; a volume that does not even parse is reported by the
+            // deserializer, with its path, and a known but forbidden source by validate_profile.
+            let Ok(typed) =
+                serde_json::from_value::<Volume>(serde_json::Value::Object(volume.clone()))
+            else {
+                continue;
+            };
+            let kept = serde_json::to_value(&typed).unwrap_or_default();
+            for key in volume.keys() {
+                if kept.get(key).is_none() {
+                    return Err(ConfigError::Field {
+                        path: format!("profiles.{name}.volumes[{i}].volume.{key}"),
+                        message: format!(
+                            "{key:?} is not a volume source this injector knows; sidecar volumes may only be {}",
+                            PROFILE_VOLUME_KINDS.join(", ")
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Directories that hold other directories of their own: `socket.dir` may be below them, never them or above.
+const SOCKET_DIR_PARENTS: [&str; 5] = ["/", "/run", "/var/run", "/var", "/var/lib"];
+
+/// Trees of the node that belong to the system, the kubelet or the container runtime (with its sockets):
+/// `socket.dir` may be none of them, nor above, nor inside one. In daemonset mode `socket.dir` is a hostPath
+/// of the node, mounted into every wired Pod (and created, made writable, by the PDP's DaemonSet).
+/// `/var/run` is a symlink to `/run` on most nodes: both spellings are listed.
+const SOCKET_DIR_SYSTEM_TREES: [&str; 23] = [
+    "/etc",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/boot",
+    "/home",
+    "/root",
+    "/usr",
+    "/var/log",
+    "/var/lib/kubelet",
+    "/var/lib/etcd",
+    "/var/lib/containerd",
+    "/var/lib/containers",
+    "/var/lib/docker",
+    "/run/containerd",
+    "/var/run/containerd",
+    "/run/crio",
+    "/var/run/crio",
+    "/run/docker.sock",
+    "/var/run/docker.sock",
+    "/run/cri-dockerd.sock",
+    "/var/run/cri-dockerd.sock",
+    "/run/dockershim.sock",
+];
+
+/// `path` with duplicate and trailing slashes and `.` segments removed (`//var/./run/` is `/var/run`).
+fn normalise_dir(path: &str) -> String {
+    let segments: Vec<&str> = path
+        .split('/')
+        .filter(|s| !s.is_empty() && *s != ".")
+        .collect();
+    format!("/{}", segments.join("/"))
+}
+
+/// Whether `dir` is a parent of `other` (both normalised).
+fn is_parent(dir: &str, other: &str) -> bool {
+    dir != other && (dir == "/" || other.starts_with(&format!("{dir}/")))
+}
+
+/// What is wrong with `socket.dir` as a node directory, if anything (it is already absolute and without `..`).
+pub(super) fn socket_dir_problem(dir: &str) -> Option<String> {
+    let norm = normalise_dir(dir);
+    let shown = if norm == dir {
+        String::new()
+    } else {
+        format!(" (that is {norm})")
+    };
+    let hint = "in daemonset mode it is a hostPath of every node, mounted into every wired Pod: use a directory \
+                of the PDP's own, like /var/run/cerbos";
+    let system = || SOCKET_DIR_PARENTS.iter().chain(&SOCKET_DIR_SYSTEM_TREES);
+    if let Some(dir) = system().find(|s| norm == **s) {
+        return Some(
+            format!("{shown} is the node's {dir}; {hint}")
+                .trim_start()
+                .to_string(),
+        );
+    }
+    if let Some(dir) = system().find(|s| is_parent(&norm, s)) {
+        return Some(
+            format!("{shown} contains the node's {dir}; {hint}")
+                .trim_start()
+                .to_string(),
+        );
+    }
+    if let Some(tree) = SOCKET_DIR_SYSTEM_TREES.iter().find(|t| is_parent(t, &norm)) {
+        return Some(
+            format!("{shown} is inside the node's {tree}; {hint}")
+                .trim_start()
+                .to_string(),
+        );
+    }
+    if norm.matches('/').count() < 2 {
+        return Some(
+            format!("{shown} must be at least two levels deep; {hint}")
+                .trim_start()
+                .to_string(),
+        );
+    }
+    None
+}

@@ -1,0 +1,205 @@
+//! The stable codes of every outcome: why the injector did what it did ([`Reason`]), what a warning is about
+//! ([`WarningCode`]), and the refusal a user reads ([`Denial`]). They show up unchanged in logs, metrics labels,
+//! the status annotation and the AdmissionResponse, so "why was my Pod (not) injected" always has one answer.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Why the injector did what it did. The codes are a public contract: never rename one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// A PDP sidecar was added.
+    InjectedSidecar,
+    /// The Pod was wired to its node's PDP.
+    InjectedDaemonset,
+    /// An already injected Pod got a container wired that another webhook added after us.
+    Rewired,
+    /// Not a Pod, not a CREATE, or a subresource: nothing to do.
+    NotAPodCreate,
+    /// The namespace is never injected (control plane, the webhook's own, or listed in the config).
+    ExcludedNamespace,
+    /// A mirror Pod of a static Pod: the kubelet owns it.
+    MirrorPod,
+    /// The Pod already has its PDP (our status annotation or the PDP container).
+    AlreadyInjected,
+    /// Neither the Pod nor its namespace opted in.
+    NotOptedIn,
+    /// The Pod opted out (`pdp-injector.io/inject: disabled`).
+    OptedOut,
+    /// The namespace opted out (`pdp-injector.io/injection: disabled`); it overrides the Pod.
+    NamespaceOptedOut,
+    /// A `pdp-injector.io/*` annotation or Pod label has a value outside its valid set.
+    InvalidAnnotation,
+    /// The namespace's `pdp-injector.io/injection` label has a value outside its valid set.
+    InvalidNamespaceLabel,
+    /// The profile annotation names a profile the config does not have.
+    UnknownProfile,
+    /// The containers annotation names a container the Pod does not have.
+    UnknownContainer,
+    /// A volume or mount the injector must add clashes with one of the Pod's own.
+    NameCollision,
+    /// Sidecar mode for a hostNetwork Pod: the PDP would listen on the node's ports.
+    HostNetworkSidecar,
+    /// The admission request's object is not a valid Pod.
+    InvalidObject,
+    /// The apiserver sent the Pod through the entry for opted-in namespaces, but the webhook could not read the
+    /// namespace to confirm it: the Pod is refused rather than run without its PDP (the controller retries).
+    NamespaceUnreadable,
+}
+
+impl Reason {
+    /// The stable code.
+    pub fn code(self) -> &'static str {
+        match self {
+            Reason::InjectedSidecar => "injected_sidecar",
+            Reason::InjectedDaemonset => "injected_daemonset",
+            Reason::Rewired => "rewired",
+            Reason::NotAPodCreate => "not_a_pod_create",
+            Reason::ExcludedNamespace => "excluded_namespace",
+            Reason::MirrorPod => "mirror_pod",
+            Reason::AlreadyInjected => "already_injected",
+            Reason::NotOptedIn => "not_opted_in",
+            Reason::OptedOut => "opted_out",
+            Reason::NamespaceOptedOut => "namespace_opted_out",
+            Reason::InvalidAnnotation => "invalid_annotation",
+            Reason::InvalidNamespaceLabel => "invalid_namespace_label",
+            Reason::UnknownProfile => "unknown_profile",
+            Reason::UnknownContainer => "unknown_container",
+            Reason::NameCollision => "name_collision",
+            Reason::HostNetworkSidecar => "host_network_sidecar",
+            Reason::InvalidObject => "invalid_object",
+            Reason::NamespaceUnreadable => "namespace_unreadable",
+        }
+    }
+
+    /// `inject`, `skip` or `deny`: the decision each reason belongs to.
+    pub fn decision(self) -> &'static str {
+        match self {
+            Reason::InjectedSidecar | Reason::InjectedDaemonset | Reason::Rewired => "inject",
+            Reason::NotAPodCreate
+            | Reason::ExcludedNamespace
+            | Reason::MirrorPod
+            | Reason::AlreadyInjected
+            | Reason::NotOptedIn
+            | Reason::OptedOut
+            | Reason::NamespaceOptedOut => "skip",
+            Reason::InvalidAnnotation
+            | Reason::InvalidNamespaceLabel
+            | Reason::UnknownProfile
+            | Reason::UnknownContainer
+            | Reason::NameCollision
+            | Reason::HostNetworkSidecar
+            | Reason::InvalidObject
+            | Reason::NamespaceUnreadable => "deny",
+        }
+    }
+
+    /// Every reason, for documentation and for metrics that must show zeros.
+    pub const ALL: [Reason; 18] = [
+        Reason::InjectedSidecar,
+        Reason::InjectedDaemonset,
+        Reason::Rewired,
+        Reason::NotAPodCreate,
+        Reason::ExcludedNamespace,
+        Reason::MirrorPod,
+        Reason::AlreadyInjected,
+        Reason::NotOptedIn,
+        Reason::OptedOut,
+        Reason::NamespaceOptedOut,
+        Reason::InvalidAnnotation,
+        Reason::InvalidNamespaceLabel,
+        Reason::UnknownProfile,
+        Reason::UnknownContainer,
+        Reason::NameCollision,
+        Reason::HostNetworkSidecar,
+        Reason::InvalidObject,
+        Reason::NamespaceUnreadable,
+    ];
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// What a warning is about; a stable code like [`Reason`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WarningCode {
+    /// Daemonset mode in a namespace whose Pod Security level forbids hostPath: TCP only, no socket.
+    DowngradedPss,
+    /// An app container already defines a variable the injector would add; the app's value is kept.
+    EnvKept,
+    /// The Pod asked for injection but its namespace opted out.
+    NamespaceOverride,
+    /// The status annotation could not be read, so the Pod was not re-wired.
+    StatusUnreadable,
+}
+
+impl WarningCode {
+    /// Every warning code, for documentation.
+    pub const ALL: [WarningCode; 4] = [
+        WarningCode::DowngradedPss,
+        WarningCode::EnvKept,
+        WarningCode::NamespaceOverride,
+        WarningCode::StatusUnreadable,
+    ];
+
+    /// The stable code.
+    pub fn code(self) -> &'static str {
+        match self {
+            WarningCode::DowngradedPss => "downgraded_pss",
+            WarningCode::EnvKept => "env_kept",
+            WarningCode::NamespaceOverride => "namespace_override",
+            WarningCode::StatusUnreadable => "status_unreadable",
+        }
+    }
+}
+
+/// A warning for the user who created the Pod (shown by kubectl) and for the logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// Stable code.
+    pub code: WarningCode,
+    /// One line for a human.
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pdp-injector {}: {}", self.code.code(), self.message)
+    }
+}
+
+/// A refusal: the Pod is not admitted, and `message` tells the user exactly what to fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// Stable code.
+    pub reason: Reason,
+    /// Names the key, the bad value and the valid values.
+    pub message: String,
+}
+
+impl Denial {
+    /// The refusal of a Pod whose namespace the apiserver matched as opted in (the `Fail` entry) but that the
+    /// webhook could not confirm: the Pod is not run without its PDP.
+    pub fn namespace_unreadable(namespace: &str, why: &str) -> Denial {
+        Denial {
+            reason: Reason::NamespaceUnreadable,
+            message: format!(
+                "namespace {namespace:?} is opted in (the apiserver sent this Pod through the webhook entry for \
+                 opted-in namespaces), but its labels could not be read from the apiserver ({why}): the Pod is \
+                 refused rather than run without its PDP; its controller retries"
+            ),
+        }
+    }
+}
+
+impl fmt::Display for Denial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pdp-injector {}: {}", self.reason.code(), self.message)
+    }
+}

@@ -1,0 +1,6 @@
+//! The HTTPS webhook around the core: the server and its handlers, the memory budget that bounds what it holds,
+//! and its metrics.
+
+pub mod limits;
+pub mod metrics;
+pub mod server;
