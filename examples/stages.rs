@@ -6,28 +6,21 @@
 //! cargo run --release --example stages -- --bench            # every stage, 2, 22 and 80 KiB
 //! cargo run --release --example stages -- --bench 22KiB      # a filter, as with cargo bench
 //! ```
-//! `review` is all of it, as in benches/core.rs: one pass over the body (the envelope and the parts of the Pod that
-//! are read, `admission::review`). `scan` is the floor of any parse: skipping the whole body without building
-//! anything. `lite` is the one-pass parse of the Pod alone (`lite::LitePod`).
-//!
-//! The other stages are those of the reference path (`admission::review_reference`, which the webhook uses for
-//! what the one pass cannot answer exactly, and `reference` is all of it): `envelope` (the AdmissionReview with
-//! the Pod as a raw slice), `head` (the head parse and the decision), `parse_pod` (the whole typed Pod),
-//! `decide`, `render` (which clones the Pod), `clone_pod` and `drop_pod` (parts of `render` and of the end of
-//! the request), `diff`, `encode` (patch JSON, base64, the response envelope).
+//! `review` is all of it, as in benches/core.rs. `scan` is the floor of any parse: skipping the whole body
+//! without building anything. The other stages are the steps of `review`: `envelope` (the AdmissionReview with
+//! the Pod as a raw slice), `view` (the core's `PodView` of the Pod), `decide`, `render` (the wiring as a patch,
+//! which parses the lists it extends), `encode` (patch JSON, base64, the response envelope); and `parse_pod`,
+//! the whole typed Pod, for comparison (no production path parses it).
 
 use std::collections::BTreeMap;
 
 use base64::Engine;
-use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
-use pdp_injector::admission::lite::LitePod;
-use pdp_injector::admission::{review, review_reference};
+use pdp_injector::admission::review;
 use pdp_injector::config::Config;
-use pdp_injector::core::decide::PodHead;
-use pdp_injector::core::patch::diff_pods;
 use pdp_injector::core::render::render;
-use pdp_injector::core::{Decision, NamespaceInfo, decide};
+use pdp_injector::core::{Decision, NamespaceInfo, PodView, decide};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -137,11 +130,12 @@ fn stages(c: &mut Criterion) {
                 })
             });
             let raw = raw_object(&input);
-            group.bench_function(id("head"), |b| {
-                b.iter(|| {
-                    let head: PodHead = serde_json::from_str(std::hint::black_box(raw)).unwrap();
-                    decide(&head.to_pod(), &ns, &config)
-                })
+            group.bench_function(id("view"), |b| {
+                b.iter(|| PodView::parse(std::hint::black_box(raw)).unwrap())
+            });
+            let view = PodView::parse(raw).unwrap();
+            group.bench_function(id("decide"), |b| {
+                b.iter(|| decide(std::hint::black_box(&view), &ns, &config))
             });
             group.bench_function(id("review"), |b| {
                 b.iter(|| review(std::hint::black_box(&input), &config, &lookup).unwrap())
@@ -152,39 +146,19 @@ fn stages(c: &mut Criterion) {
                         .unwrap()
                 })
             });
-            group.bench_function(id("lite"), |b| {
-                b.iter(|| serde_json::from_str::<LitePod>(std::hint::black_box(raw)).unwrap())
-            });
-            group.bench_function(id("reference"), |b| {
-                b.iter(|| review_reference(std::hint::black_box(&input), &config, &lookup).unwrap())
-            });
             if class != Class::Inject {
                 continue;
             }
             group.bench_function(id("parse_pod"), |b| {
                 b.iter(|| serde_json::from_str::<Pod>(std::hint::black_box(raw)).unwrap())
             });
-            let pod: Pod = serde_json::from_str(raw).unwrap();
-            group.bench_function(id("decide"), |b| {
-                b.iter(|| decide(std::hint::black_box(&pod), &ns, &config))
-            });
-            let Decision::Inject(plan) = decide(&pod, &ns, &config) else {
+            let Decision::Inject(plan) = decide(&view, &ns, &config) else {
                 panic!("the inject class injects")
             };
             group.bench_function(id("render"), |b| {
-                b.iter(|| render(std::hint::black_box(&pod), &plan, &config).unwrap())
+                b.iter(|| render(std::hint::black_box(&view), &plan, &config).unwrap())
             });
-            group.bench_function(id("clone_pod"), |b| {
-                b.iter(|| std::hint::black_box(&pod).clone())
-            });
-            group.bench_function(id("drop_pod"), |b| {
-                b.iter_batched(|| pod.clone(), drop, BatchSize::SmallInput)
-            });
-            let rendered = render(&pod, &plan, &config).unwrap();
-            group.bench_function(id("diff"), |b| {
-                b.iter(|| diff_pods(std::hint::black_box(&pod), &rendered.pod))
-            });
-            let patch = diff_pods(&pod, &rendered.pod);
+            let patch = render(&view, &plan, &config).unwrap().patch;
             group.bench_function(id("encode"), |b| {
                 b.iter(|| {
                     let json = serde_json::to_vec(std::hint::black_box(&patch)).unwrap();

@@ -207,7 +207,7 @@ fn shipped_pdps_do_not_phone_home() {
     use k8s_openapi::api::core::v1::{Container, Pod};
     use pdp_injector::config::{Config, Mode};
     use pdp_injector::core::NamespaceInfo;
-    use pdp_injector::core::{Outcome, inject};
+    use pdp_injector::core::{Outcome, inject, patched};
 
     let no_telemetry_env = |c: &Container| {
         c.env.iter().flatten().any(|e| {
@@ -248,7 +248,8 @@ fn shipped_pdps_do_not_phone_home() {
                 panic!("{source}: profile {name} was not injected");
             };
             assert_eq!(done.mode, Mode::Sidecar);
-            let spec = done.pod.spec.as_ref().unwrap();
+            let stored = patched(&pod, &done.patch).unwrap();
+            let spec = stored.spec.as_ref().unwrap();
             let pdp = spec
                 .init_containers
                 .iter()

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use pdp_injector::config::{Config, Mode};
-use pdp_injector::core::{Decision, NamespaceInfo, Reason, decide};
+use pdp_injector::core::{Decision, NamespaceInfo, Reason, decide_pod};
 
 fn pod(annotation: Option<&str>, label: Option<&str>) -> Pod {
     let mut meta = serde_json::json!({"name": "p"});
@@ -36,7 +36,7 @@ enum Want {
 }
 
 fn run(ns_label: Option<&str>, pod_value: Option<&str>, config: &Config) -> Want {
-    match decide(&pod(pod_value, None), &ns(ns_label), config) {
+    match decide_pod(&pod(pod_value, None), &ns(ns_label), config) {
         Decision::Inject(plan) => Want::Inject(plan.mode),
         Decision::Skip(r, _) => Want::Skip(r),
         Decision::Deny(d) => Want::Deny(d.reason),
@@ -141,11 +141,11 @@ fn config_default_mode_and_inject_by_default() {
 #[test]
 fn annotation_beats_label_of_the_same_key() {
     let config = Config::builtin();
-    let decision = decide(&pod(Some("daemonset"), Some("sidecar")), &ns(None), &config);
+    let decision = decide_pod(&pod(Some("daemonset"), Some("sidecar")), &ns(None), &config);
     assert!(matches!(decision, Decision::Inject(p) if p.mode == Mode::Daemonset));
-    let decision = decide(&pod(None, Some("sidecar")), &ns(None), &config);
+    let decision = decide_pod(&pod(None, Some("sidecar")), &ns(None), &config);
     assert!(matches!(decision, Decision::Inject(p) if p.mode == Mode::Sidecar));
-    let Decision::Deny(d) = decide(&pod(None, Some("on")), &ns(None), &config) else {
+    let Decision::Deny(d) = decide_pod(&pod(None, Some("on")), &ns(None), &config) else {
         panic!("invalid label value not denied");
     };
     assert!(
@@ -164,7 +164,7 @@ fn annotation_beats_label_of_the_same_key() {
 #[test]
 fn denial_messages_name_key_value_and_valid_values() {
     let config = Config::builtin();
-    let Decision::Deny(d) = decide(&pod(Some("sidecars"), None), &ns(None), &config) else {
+    let Decision::Deny(d) = decide_pod(&pod(Some("sidecars"), None), &ns(None), &config) else {
         panic!()
     };
     assert_eq!(
@@ -186,7 +186,7 @@ fn excluded_namespaces_and_mirror_pods_come_first() {
         let mut n = ns(Some("sidecar"));
         n.name = name.into();
         // even an invalid Pod value is not looked at in an excluded namespace
-        let d = decide(&pod(Some("bogus"), None), &n, &config);
+        let d = decide_pod(&pod(Some("bogus"), None), &n, &config);
         assert_eq!(
             d,
             Decision::Skip(Reason::ExcludedNamespace, vec![]),
@@ -201,7 +201,7 @@ fn excluded_namespaces_and_mirror_pods_come_first() {
         .unwrap()
         .insert("kubernetes.io/config.mirror".into(), "x".into());
     assert_eq!(
-        decide(&mirror, &ns(None), &config),
+        decide_pod(&mirror, &ns(None), &config),
         Decision::Skip(Reason::MirrorPod, vec![])
     );
 }

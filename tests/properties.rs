@@ -1,12 +1,11 @@
 //! Properties of the core over generated Pods and namespaces (a seeded generator, so failures reproduce):
-//! injecting twice changes nothing, the patch applied to the input gives the rendered Pod, every input field
-//! survives, and what is injected meets Pod Security `restricted`.
+//! the patch applied to the input is a valid Pod (the full typed Pod is the oracle) wired as the status
+//! annotation says, every input field survives, injecting twice changes nothing, what is injected meets Pod
+//! Security `restricted`, and the answer never depends on the order of keys.
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, Volume, VolumeMount};
 use pdp_injector::config::{Config, restricted_violations};
-use pdp_injector::core::decide::PodHead;
-use pdp_injector::core::{NamespaceInfo, Reason, decide};
-use pdp_injector::core::{Outcome, inject};
+use pdp_injector::core::{NamespaceInfo, Outcome, Reason, Status, inject, patched};
 use std::collections::BTreeMap;
 
 mod common {
@@ -188,37 +187,15 @@ fn generated_pods_hold_the_core_properties() {
         let outcome = inject(&pod, &ns, &config);
         seen.insert(outcome.reason().code());
 
-        // The webhook decides from the Pod's head: it must reach the same decision as from the whole Pod.
-        let head: PodHead = serde_json::from_value(serde_json::to_value(&pod).unwrap()).unwrap();
-        assert_eq!(
-            decide(&head.to_pod(), &ns, &config),
-            decide(&pod, &ns, &config),
-            "case {case}"
-        );
-        if let Outcome::Injected(done) = &outcome {
-            let head: PodHead =
-                serde_json::from_value(serde_json::to_value(&done.pod).unwrap()).unwrap();
-            assert_eq!(
-                decide(&head.to_pod(), &ns, &config),
-                decide(&done.pod, &ns, &config),
-                "case {case}, injected"
-            );
-        }
         let Outcome::Injected(done) = outcome else {
             continue;
         };
         injected += 1;
         let ctx = || format!("case {case}: {pod:?} in {ns:?}");
 
-        // The patch applied to the input is exactly the rendered Pod.
-        let mut patched = serde_json::to_value(&pod).unwrap();
-        json_patch::patch(&mut patched, &done.patch).unwrap_or_else(|e| panic!("{e}: {}", ctx()));
-        assert_eq!(
-            patched,
-            serde_json::to_value(&done.pod).unwrap(),
-            "{}",
-            ctx()
-        );
+        // The patch applies, and what it gives parses as a whole typed Pod.
+        let out = patched(&pod, &done.patch).unwrap_or_else(|e| panic!("{e}: {}", ctx()));
+        let patched = serde_json::to_value(&out).unwrap();
 
         // Every input field survives.
         let input = serde_json::to_value(&pod).unwrap();
@@ -226,8 +203,48 @@ fn generated_pods_hold_the_core_properties() {
             panic!("{path} lost: {}", ctx());
         }
 
+        // The Pod is wired as its status annotation says: every wired container has every variable, and the
+        // sidecar and volumes it names exist.
+        let status: Status = serde_json::from_str(
+            &out.metadata.annotations.as_ref().unwrap()["pdp-injector.io/status"],
+        )
+        .unwrap();
+        let out_spec = out.spec.as_ref().unwrap();
+        for name in &status.containers {
+            let c = out_spec
+                .containers
+                .iter()
+                .find(|c| &c.name == name)
+                .unwrap();
+            for var in &status.env {
+                assert!(
+                    c.env.iter().flatten().any(|e| &e.name == var),
+                    "{name} lacks {var}: {}",
+                    ctx()
+                );
+            }
+        }
+        for v in &status.volumes {
+            assert!(
+                out_spec.volumes.iter().flatten().any(|x| &x.name == v),
+                "{}",
+                ctx()
+            );
+        }
+        if let Some(sidecar) = &status.sidecar {
+            assert!(
+                out_spec
+                    .containers
+                    .iter()
+                    .chain(out_spec.init_containers.iter().flatten())
+                    .any(|c| &c.name == sidecar),
+                "{}",
+                ctx()
+            );
+        }
+
         // Idempotent: the output injected again yields nothing to do.
-        match inject(&done.pod, &ns, &config) {
+        match inject(&out, &ns, &config) {
             Outcome::Skipped {
                 reason: Reason::AlreadyInjected,
                 ..
@@ -236,7 +253,7 @@ fn generated_pods_hold_the_core_properties() {
         }
 
         // Safe output: injected containers meet restricted, and the only hostPath is the socket dir.
-        let spec = done.pod.spec.as_ref().unwrap();
+        let spec = out_spec;
         let original: Vec<&str> = pod
             .spec
             .as_ref()
@@ -365,7 +382,7 @@ fn review_body(pod: &serde_json::Value, ns: &str, operation: &str, object_first:
     )
 }
 
-/// Fields the one-pass decoder skips, so that the reference path (which parses them) has something to lose.
+/// Fields the core does not read, so that an answer that depended on parsing them would show.
 fn with_unread_fields(pod: &Pod) -> serde_json::Value {
     let mut v = serde_json::to_value(pod).unwrap();
     v["metadata"]["ownerReferences"] = serde_json::json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "gen-1", "uid": "x", "controller": true}]);
@@ -380,9 +397,23 @@ fn with_unread_fields(pod: &Pod) -> serde_json::Value {
     v
 }
 
+/// The same JSON with the keys of every object in reverse order.
+fn reversed(v: &serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(m) => serde_json::Value::Object(
+            m.iter()
+                .rev()
+                .map(|(k, v)| (k.clone(), reversed(v)))
+                .collect(),
+        ),
+        serde_json::Value::Array(a) => serde_json::Value::Array(a.iter().map(reversed).collect()),
+        other => other.clone(),
+    }
+}
+
 #[test]
-fn one_pass_review_answers_exactly_like_the_reference() {
-    use pdp_injector::admission::{review, review_reference};
+fn review_answers_do_not_depend_on_key_order_and_match_the_core() {
+    use pdp_injector::admission::review;
     let config = Config::builtin();
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     let mut injected = 0;
@@ -395,33 +426,45 @@ fn one_pass_review_answers_exactly_like_the_reference() {
         };
         // The Pod as given, and (when it gets injected) the injected Pod again and with a new container, which
         // take the already-injected and re-wiring paths.
-        let mut pods = vec![with_unread_fields(&pod)];
+        let mut pods = vec![pod.clone()];
         if let Outcome::Injected(done) = inject(&pod, &ns, &config) {
             injected += 1;
-            pods.push(with_unread_fields(&done.pod));
-            let mut grown = done.pod.clone();
+            let out = patched(&pod, &done.patch).unwrap();
+            pods.push(out.clone());
+            let mut grown = out;
             let spec = grown.spec.as_mut().unwrap();
             spec.containers.push(Container {
                 name: "late".into(),
                 image: Some("registry.example/late:1".into()),
                 ..Default::default()
             });
-            pods.push(with_unread_fields(&grown));
+            pods.push(grown);
         }
-        for (i, value) in pods.iter().enumerate() {
-            for (operation, object_first) in
-                [("CREATE", false), ("CREATE", true), ("UPDATE", false)]
-            {
-                let body = review_body(value, &ns.name, operation, object_first);
-                let fast = review(body.as_bytes(), &config, &lookup).unwrap();
-                let reference = review_reference(body.as_bytes(), &config, &lookup).unwrap();
+        for (i, typed) in pods.iter().enumerate() {
+            let expected = inject(typed, &ns, &config);
+            let value = with_unread_fields(typed);
+            let mut answers = Vec::new();
+            for (object, object_first) in [
+                (value.clone(), false),
+                (value.clone(), true),
+                (reversed(&value), false),
+            ] {
+                let body = review_body(&object, &ns.name, "CREATE", object_first);
+                let (bytes, summary) = review(body.as_bytes(), &config, &lookup).unwrap();
                 assert_eq!(
-                    String::from_utf8_lossy(&fast.0),
-                    String::from_utf8_lossy(&reference.0),
-                    "case {case}/{i} {operation} object_first={object_first}: {value}"
+                    summary.reason,
+                    expected.reason(),
+                    "case {case}/{i}: {value}"
                 );
-                assert_eq!(fast.1, reference.1, "case {case}/{i}");
+                answers.push(bytes);
             }
+            assert!(
+                answers.windows(2).all(|w| w[0] == w[1]),
+                "case {case}/{i}: the answer depends on key order: {value}"
+            );
+            let body = review_body(&value, &ns.name, "UPDATE", false);
+            let (_, summary) = review(body.as_bytes(), &config, &lookup).unwrap();
+            assert_eq!(summary.reason, Reason::NotAPodCreate, "case {case}/{i}");
         }
     }
     assert!(
@@ -431,23 +474,29 @@ fn one_pass_review_answers_exactly_like_the_reference() {
 }
 
 #[test]
-fn one_pass_review_reads_only_what_it_needs() {
-    // The apiserver validates the whole object; the webhook reads what it decides and renders from. A field it
-    // does not read is not parsed (the reference path, which parses the Pod whole, rejects this one), and the
-    // answer for the fields it does read is the same.
-    use pdp_injector::admission::{review, review_reference};
+fn review_reads_only_what_it_needs_whatever_the_order() {
+    // The apiserver validates the whole object after the webhooks; the webhook reads what it decides and renders
+    // from. A malformed field it does not read does not change the answer, wherever it stands.
+    use pdp_injector::admission::review;
     let config = Config::builtin();
-    let pod: serde_json::Value = serde_json::json!({
-        "metadata": {"name": "p", "annotations": {"pdp-injector.io/inject": "daemonset"}},
-        "spec": {"containers": [{"name": "app", "image": "x", "resources": "not an object"}]}
-    });
-    let body = review_body(&pod, "shop", "CREATE", false);
     let lookup = |name: &str| NamespaceInfo::named(name);
-    let (_, fast) = review(body.as_bytes(), &config, &lookup).unwrap();
-    assert_eq!(fast.reason, Reason::InjectedDaemonset);
-    let (_, reference) = review_reference(body.as_bytes(), &config, &lookup).unwrap();
-    assert_eq!(reference.reason, Reason::InvalidObject);
-    // A field it reads that is malformed goes to the reference path and gets its precise denial.
+    for pod in [
+        serde_json::json!({
+            "metadata": {"name": "p", "annotations": {"pdp-injector.io/inject": "daemonset"}},
+            "spec": {"containers": [{"name": "app", "image": "x", "resources": "not an object"}]}
+        }),
+        serde_json::json!({
+            "spec": {"containers": [{"resources": "not an object", "image": "x", "name": "app"}]},
+            "metadata": {"annotations": {"pdp-injector.io/inject": "daemonset"}, "name": "p"}
+        }),
+    ] {
+        for object_first in [false, true] {
+            let body = review_body(&pod, "shop", "CREATE", object_first);
+            let (_, summary) = review(body.as_bytes(), &config, &lookup).unwrap();
+            assert_eq!(summary.reason, Reason::InjectedDaemonset, "{pod}");
+        }
+    }
+    // A field it reads that is malformed gets a precise denial.
     let pod = serde_json::json!({
         "metadata": {"name": "p", "annotations": {"pdp-injector.io/inject": "daemonset"}},
         "spec": {"containers": [{"name": "app", "volumeMounts": [{"name": 5}]}]}
@@ -455,5 +504,14 @@ fn one_pass_review_reads_only_what_it_needs() {
     let body = review_body(&pod, "shop", "CREATE", false);
     let (bytes, summary) = review(body.as_bytes(), &config, &lookup).unwrap();
     assert_eq!(summary.reason, Reason::InvalidObject);
-    assert!(String::from_utf8_lossy(&bytes).contains("not a valid v1 Pod"));
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.contains("not a valid v1 Pod"), "{text}");
+    assert!(text.contains("volumeMounts"), "{text}");
+    // Duplicate keys are refused wherever they stand, not resolved by position.
+    let body = review_body(&pod, "shop", "CREATE", false).replacen(
+        r#""namespace":"shop""#,
+        r#""namespace":"shop","namespace":"other""#,
+        1,
+    );
+    assert!(review(body.as_bytes(), &config, &lookup).is_err());
 }

@@ -1,11 +1,9 @@
 //! Decide whether a Pod is wired, how, and why: the precedence table of SPEC.md as one pure function.
 
-use k8s_openapi::api::core::v1::Pod;
-use serde::Deserialize;
-
 use crate::config::{Config, Mode, PssLevel};
 use crate::core::codes::{Denial, Reason, Warning, WarningCode};
 use crate::core::status::Status;
+use crate::core::view::PodView;
 use crate::names::*;
 
 /// What the core knows about the Pod's namespace (from the namespace cache, an offline stream, or nothing).
@@ -111,22 +109,6 @@ pub enum Decision {
     Deny(Denial),
 }
 
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
-
-fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .labels
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
-
 fn quote_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
     items
         .into_iter()
@@ -136,28 +118,29 @@ fn quote_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
 }
 
 /// True when the Pod carries a container named like the PDP container of any profile.
-fn has_pdp_container(pod: &Pod, config: &Config) -> bool {
-    let Some(spec) = pod.spec.as_ref() else {
-        return false;
-    };
-    spec.containers
+fn has_pdp_container(pod: &PodView<'_>, config: &Config) -> bool {
+    pod.containers()
         .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .any(|c| config.profiles.values().any(|p| p.container_name == c.name))
+        .chain(pod.init_containers())
+        .any(|c| {
+            config
+                .profiles
+                .values()
+                .any(|p| p.container_name == c.name.as_str())
+        })
 }
 
 /// Applies the precedence table: namespace `disabled` > Pod `disabled` > Pod mode > namespace mode > config default.
 ///
-/// Reads only the Pod's annotations, labels and container names, so that the webhook can decide from a
-/// [`PodHead`] and parse the whole Pod only when it injects.
-pub fn decide(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Decision {
+/// Reads the Pod's annotations, labels and container names from its [`PodView`].
+pub fn decide(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Decision {
     if config.excluded_namespaces.contains(&ns.name) {
         return Decision::Skip(Reason::ExcludedNamespace, vec![]);
     }
-    if annotation(pod, ANNOTATION_MIRROR).is_some() {
+    if pod.annotation(ANNOTATION_MIRROR).is_some() {
         return Decision::Skip(Reason::MirrorPod, vec![]);
     }
-    if let Some(raw) = annotation(pod, ANNOTATION_STATUS) {
+    if let Some(raw) = pod.annotation(ANNOTATION_STATUS) {
         return decide_rewire(pod, ns, config, raw);
     }
     if has_pdp_container(pod, config) {
@@ -165,11 +148,11 @@ pub fn decide(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Decision {
     }
 
     let ns_choice = ns.injection.as_deref().map(|v| (v, parse_choice(v)));
-    let (pod_key, pod_value) = match annotation(pod, ANNOTATION_INJECT) {
+    let (pod_key, pod_value) = match pod.annotation(ANNOTATION_INJECT) {
         Some(v) => (format!("annotation {ANNOTATION_INJECT}"), Some(v)),
         None => (
             format!("label {ANNOTATION_INJECT}"),
-            label(pod, ANNOTATION_INJECT),
+            pod.label(ANNOTATION_INJECT),
         ),
     };
 
@@ -229,7 +212,7 @@ pub fn decide(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Decision {
         (Some(PodChoice::Disabled), _) => unreachable!("handled above"),
     };
 
-    let profile = match annotation(pod, ANNOTATION_PROFILE) {
+    let profile = match pod.annotation(ANNOTATION_PROFILE) {
         None => config.default_profile.clone(),
         Some(p) if config.profiles.contains_key(p) => p.to_string(),
         Some(p) => {
@@ -258,7 +241,7 @@ pub fn decide(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Decision {
 
 /// A Pod that carries our status annotation was injected before (a reinvocation, or a copied manifest): keep its
 /// recorded mode and profile, and wire only what is missing.
-fn decide_rewire(pod: &Pod, ns: &NamespaceInfo, config: &Config, raw: &str) -> Decision {
+fn decide_rewire(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config, raw: &str) -> Decision {
     let unreadable = |why: String| {
         Decision::Skip(
             Reason::AlreadyInjected,
@@ -298,19 +281,14 @@ fn decide_rewire(pod: &Pod, ns: &NamespaceInfo, config: &Config, raw: &str) -> D
 
 /// The app containers to wire: all of them, or those named by the containers annotation. A PDP container (a
 /// classic sidecar lives among `containers`) is never an app container.
-fn select_containers(pod: &Pod, config: &Config) -> Result<Vec<String>, Denial> {
+fn select_containers(pod: &PodView<'_>, config: &Config) -> Result<Vec<String>, Denial> {
     let names: Vec<&str> = pod
-        .spec
-        .as_ref()
-        .map(|s| {
-            s.containers
-                .iter()
-                .map(|c| c.name.as_str())
-                .filter(|n| !config.profiles.values().any(|p| p.container_name == *n))
-                .collect()
-        })
-        .unwrap_or_default();
-    let Some(raw) = annotation(pod, ANNOTATION_CONTAINERS) else {
+        .containers()
+        .iter()
+        .map(|c| c.name.as_str())
+        .filter(|n| !config.profiles.values().any(|p| p.container_name == *n))
+        .collect();
+    let Some(raw) = pod.annotation(ANNOTATION_CONTAINERS) else {
         return Ok(names.into_iter().map(String::from).collect());
     };
     let wanted: Vec<&str> = raw
@@ -349,61 +327,19 @@ fn select_containers(pod: &Pod, config: &Config) -> Result<Vec<String>, Denial> 
         .collect())
 }
 
-/// The part of a Pod that [`decide`] reads. Deserialising only this skips the rest of the object without
-/// allocating, so a Pod that is not injected costs a fraction of a full parse.
-#[derive(Debug, Default, Deserialize)]
-pub struct PodHead {
-    #[serde(default)]
-    metadata: HeadMeta,
-    #[serde(default)]
-    spec: Option<HeadSpec>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct HeadMeta {
-    #[serde(default)]
-    annotations: Option<std::collections::BTreeMap<String, String>>,
-    #[serde(default)]
-    labels: Option<std::collections::BTreeMap<String, String>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct HeadSpec {
-    #[serde(default)]
-    containers: Vec<HeadContainer>,
-    #[serde(default)]
-    init_containers: Option<Vec<HeadContainer>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct HeadContainer {
-    #[serde(default)]
-    name: String,
-}
-
-impl PodHead {
-    /// A Pod holding exactly what [`decide`] reads.
-    pub fn to_pod(self) -> Pod {
-        use k8s_openapi::api::core::v1::{Container, PodSpec};
-        let container = |c: HeadContainer| Container {
-            name: c.name,
-            ..Default::default()
-        };
-        Pod {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                annotations: self.metadata.annotations,
-                labels: self.metadata.labels,
-                ..Default::default()
-            },
-            spec: self.spec.map(|s| PodSpec {
-                containers: s.containers.into_iter().map(container).collect(),
-                init_containers: s
-                    .init_containers
-                    .map(|v| v.into_iter().map(container).collect()),
-                ..Default::default()
-            }),
-            status: None,
-        }
+/// [`decide`] for a typed Pod (the offline command, tests): through the Pod's JSON and its view, so exactly the
+/// webhook's path.
+pub fn decide_pod(
+    pod: &k8s_openapi::api::core::v1::Pod,
+    ns: &NamespaceInfo,
+    config: &Config,
+) -> Decision {
+    let json = crate::core::view::pod_json(pod);
+    match PodView::parse(&json) {
+        Ok(view) => decide(&view, ns, config),
+        Err(e) => Decision::Deny(Denial {
+            reason: Reason::InvalidObject,
+            message: format!("the object is not a valid v1 Pod: {e}"),
+        }),
     }
 }

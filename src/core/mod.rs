@@ -8,8 +8,10 @@ pub mod patch;
 pub mod pipeline;
 pub mod render;
 pub mod status;
+pub mod view;
 
 pub use codes::{Denial, Reason, Warning, WarningCode};
-pub use decide::{Decision, NamespaceInfo, Plan, decide};
-pub use pipeline::{Injected, Outcome, inject, wire};
+pub use decide::{Decision, NamespaceInfo, Plan, decide, decide_pod};
+pub use pipeline::{Injected, Outcome, inject, inject_json, inject_view, patched, wire};
 pub use status::Status;
+pub use view::PodView;

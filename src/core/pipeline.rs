@@ -1,11 +1,11 @@
 //! The core pipeline shared by the webhook, the offline `inject` command and the tests:
-//! decide -> render onto a copy -> patch = diff(before, after). Synchronous, no I/O.
+//! view of the Pod -> decide -> render the wiring as a patch. Synchronous, no I/O.
 
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::config::{Config, Mode};
-use crate::core::patch::diff_pods;
 use crate::core::render::render;
+use crate::core::view::{PodView, pod_json};
 use crate::core::{Decision, Denial, NamespaceInfo, Plan, Reason, Warning, decide};
 
 /// A Pod that gets wired.
@@ -17,8 +17,6 @@ pub struct Injected {
     pub mode: Mode,
     /// The profile used.
     pub profile: String,
-    /// The Pod as it will be stored.
-    pub pod: Pod,
     /// RFC 6902 patch from the input Pod to `pod`; never empty.
     pub patch: json_patch::Patch,
     /// Warnings for the user.
@@ -70,8 +68,25 @@ impl Outcome {
     }
 }
 
-/// Decides and renders for one Pod in one namespace.
+/// Decides and renders for one Pod, given as its JSON, in one namespace: the webhook's path.
+pub fn inject_json(pod: &str, ns: &NamespaceInfo, config: &Config) -> Outcome {
+    match PodView::parse(pod) {
+        Ok(view) => inject_view(&view, ns, config),
+        Err(e) => Outcome::Denied(Denial {
+            reason: Reason::InvalidObject,
+            message: format!("the object is not a valid v1 Pod: {e}"),
+        }),
+    }
+}
+
+/// Decides and renders for one typed Pod (the offline command, tests): through its JSON, so exactly the
+/// webhook's path.
 pub fn inject(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Outcome {
+    inject_json(&pod_json(pod), ns, config)
+}
+
+/// Decides and renders for the view of a Pod.
+pub fn inject_view(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Outcome {
     let plan = match decide(pod, ns, config) {
         Decision::Skip(reason, warnings) => return Outcome::Skipped { reason, warnings },
         Decision::Deny(denial) => return Outcome::Denied(denial),
@@ -81,12 +96,12 @@ pub fn inject(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Outcome {
 }
 
 /// Renders a plan that [`decide`] made for `pod`.
-pub fn wire(pod: &Pod, plan: Plan, config: &Config) -> Outcome {
+pub fn wire(pod: &PodView<'_>, plan: Plan, config: &Config) -> Outcome {
     let rendered = match render(pod, &plan, config) {
         Ok(r) => r,
         Err(denial) => return Outcome::Denied(denial),
     };
-    let patch = diff_pods(pod, &rendered.pod);
+    let patch = rendered.patch;
     if patch.0.is_empty() {
         return Outcome::Skipped {
             reason: Reason::AlreadyInjected,
@@ -102,8 +117,14 @@ pub fn wire(pod: &Pod, plan: Plan, config: &Config) -> Outcome {
         reason,
         mode: plan.mode,
         profile: plan.profile,
-        pod: rendered.pod,
         patch,
         warnings: rendered.warnings,
     }))
+}
+
+/// `pod` with `patch` applied, as the apiserver would store it (the offline command and tests show it).
+pub fn patched(pod: &Pod, patch: &json_patch::Patch) -> Result<Pod, String> {
+    let mut doc = serde_json::to_value(pod).map_err(|e| e.to_string())?;
+    json_patch::patch(&mut doc, patch).map_err(|e| format!("the patch does not apply: {e}"))?;
+    serde_json::from_value(doc).map_err(|e| format!("the patched object is not a Pod: {e}"))
 }

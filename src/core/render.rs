@@ -1,26 +1,33 @@
-//! Render a [`Plan`] onto a copy of the Pod with typed Kubernetes objects.
+//! Render a [`Plan`] as a JSON Patch against the Pod, with typed Kubernetes objects for what it adds.
 //!
 //! Every step *ensures* rather than appends: a piece that is already there (identical, or recorded as ours in the
 //! status annotation) is left alone, so rendering an injected Pod again changes nothing. Defaults that the
 //! apiserver would fill in are written explicitly, so the stored object equals what we returned and a
 //! reinvocation compares like with like.
 
+use std::collections::BTreeMap;
+
+use json_patch::Patch;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
-    HostPathVolumeSource, ObjectFieldSelector, Pod, Probe, SecretVolumeSource, Volume, VolumeMount,
+    HostPathVolumeSource, ObjectFieldSelector, Probe, SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::config::{Config, Mode, Placement, Profile, PssLevel};
+use crate::core::patch::{PatchBuilder, pointer};
+use crate::core::view::{
+    EnvEntry, MountEntry, PodView, Str, VolumeEntry, parse_list, volume_entries,
+};
 use crate::core::{Denial, Plan, Reason, Status, Warning, WarningCode};
 use crate::names::*;
 
 /// A Pod with its PDP wiring applied.
 #[derive(Debug, Clone)]
 pub struct Rendered {
-    /// The mutated copy.
-    pub pod: Pod,
+    /// The JSON Patch that applies the wiring to the Pod; empty when the Pod already has all of it.
+    pub patch: Patch,
     /// Warnings for the user.
     pub warnings: Vec<Warning>,
     /// What was written into the status annotation.
@@ -64,27 +71,44 @@ pub fn app_env(profile: &Profile, mode: Mode, with_socket: bool) -> Vec<EnvVar> 
     env
 }
 
-fn same_env(a: &EnvVar, b: &EnvVar) -> bool {
-    let field = |e: &EnvVar| {
-        e.value_from
-            .as_ref()
-            .and_then(|v| v.field_ref.as_ref())
-            .map(|f| f.field_path.clone())
-    };
-    a.name == b.name
-        && a.value.as_deref().unwrap_or("") == b.value.as_deref().unwrap_or("")
-        && field(a) == field(b)
-        && (a.value_from.is_none() == b.value_from.is_none())
+/// What makes two variables the same for rendering: the value, or the field a value comes from.
+#[derive(PartialEq, Eq)]
+struct EnvSource<'a> {
+    value: &'a str,
+    field: Option<&'a str>,
+    has_source: bool,
 }
 
-fn describe_env(e: &EnvVar) -> String {
-    match (
-        &e.value,
-        e.value_from.as_ref().and_then(|v| v.field_ref.as_ref()),
-    ) {
-        (_, Some(f)) => format!("from {}", f.field_path),
-        (Some(v), None) => format!("{v:?}"),
-        (None, None) => "\"\"".into(),
+impl<'a> EnvSource<'a> {
+    fn of_existing(e: &'a EnvEntry<'_>) -> Self {
+        EnvSource {
+            value: e.value.as_ref().map_or("", Str::as_str),
+            field: e
+                .value_from
+                .as_ref()
+                .and_then(|v| v.field_ref.as_ref())
+                .map(|f| f.field_path.as_str()),
+            has_source: e.value_from.is_some(),
+        }
+    }
+
+    fn of_ours(e: &'a EnvVar) -> Self {
+        EnvSource {
+            value: e.value.as_deref().unwrap_or(""),
+            field: e
+                .value_from
+                .as_ref()
+                .and_then(|v| v.field_ref.as_ref())
+                .map(|f| f.field_path.as_str()),
+            has_source: e.value_from.is_some(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self.field {
+            Some(f) => format!("from {f}"),
+            None => format!("{:?}", self.value),
+        }
     }
 }
 
@@ -198,100 +222,125 @@ fn collision(message: String) -> Denial {
     }
 }
 
-/// Adds `volume` unless an identical one is already there; a different volume of that name is a clash.
-fn ensure_volume(
-    volumes: &mut Option<Vec<Volume>>,
-    volume: Volume,
-    purpose: &str,
-    added: &mut Vec<String>,
-) -> Result<(), Denial> {
-    match volumes
-        .as_ref()
-        .and_then(|vs| vs.iter().find(|v| v.name == volume.name))
-    {
-        None => {
-            added.push(volume.name.clone());
-            volumes.get_or_insert_with(Vec::new).push(volume);
-            Ok(())
-        }
-        Some(existing) if *existing == volume => Ok(()),
-        Some(_) => Err(collision(format!(
-            "the Pod already has a volume named {:?}, which pdp-injector needs for {purpose}: rename the Pod's volume",
-            volume.name
-        ))),
+fn invalid(message: String) -> Denial {
+    Denial {
+        reason: Reason::InvalidObject,
+        message: format!("the object is not a valid v1 Pod: {message}"),
     }
 }
 
-/// Adds a mount to an app container unless it is already there; a different mount at the same path is a clash.
-fn ensure_mount(container: &mut Container, mount: VolumeMount) -> Result<(), Denial> {
-    let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
-    if let Some(m) = mounts.iter().find(|m| m.mount_path == mount.mount_path) {
-        if m.name == mount.name {
-            return Ok(());
-        }
-        return Err(collision(format!(
-            "container {:?} already mounts volume {:?} at {}, where pdp-injector mounts {:?}",
-            container.name, m.name, mount.mount_path, mount.name
-        )));
+/// Adds `volume` unless an identical one is already there; a different volume of that name is a clash.
+fn ensure_volume(
+    existing: &[VolumeEntry<'_>],
+    added: &mut Vec<Volume>,
+    volume: Volume,
+    purpose: &str,
+) -> Result<(), Denial> {
+    let clash = || {
+        collision(format!(
+            "the Pod already has a volume named {:?}, which pdp-injector needs for {purpose}: rename the Pod's volume",
+            volume.name
+        ))
+    };
+    if let Some(v) = existing.iter().find(|v| v.name.as_str() == volume.name) {
+        // Only a volume of the same name is parsed whole, to compare.
+        let same = serde_json::from_str::<Volume>(v.raw.get()).is_ok_and(|v| v == volume);
+        return if same { Ok(()) } else { Err(clash()) };
     }
-    if mounts.iter().any(|m| m.name == mount.name) {
-        return Ok(());
+    match added.iter().find(|v| v.name == volume.name) {
+        None => added.push(volume),
+        Some(v) if *v == volume => {}
+        Some(_) => return Err(clash()),
     }
-    mounts.push(mount);
     Ok(())
 }
 
-/// Prepends the variables the container lacks, so that its own variables can use them as `$(VAR)`; a variable
-/// the container already defines differently is kept and reported.
-fn ensure_env(
-    container: &mut Container,
-    ours: &[EnvVar],
+/// Appends a mount to an app container unless it is already there; a different mount at the same path is a
+/// clash. `added` holds the mounts this rendering appends to the container.
+fn ensure_mount(
+    container: &str,
+    existing: &[MountEntry<'_>],
+    added: &mut Vec<VolumeMount>,
+    mount: VolumeMount,
+) -> Result<(), Denial> {
+    let all = existing
+        .iter()
+        .map(|m| (m.name.as_str(), m.mount_path.as_str()))
+        .chain(
+            added
+                .iter()
+                .map(|m| (m.name.as_str(), m.mount_path.as_str())),
+        );
+    let mut same_name = false;
+    for (name, path) in all {
+        if path == mount.mount_path {
+            if name == mount.name {
+                return Ok(());
+            }
+            return Err(collision(format!(
+                "container {container:?} already mounts volume {name:?} at {}, where pdp-injector mounts {:?}",
+                mount.mount_path, mount.name
+            )));
+        }
+        same_name |= name == mount.name;
+    }
+    if !same_name {
+        added.push(mount);
+    }
+    Ok(())
+}
+
+/// Where each variable the container lacks goes: prepended, so that the container's own variables can use
+/// them as `$(VAR)`; a variable the container already defines differently is kept and reported. Returns the
+/// insertions in the order they apply, each at its index in the list as it is at that point.
+fn ensure_env<'o>(
+    container: &str,
+    existing: &[EnvEntry<'_>],
+    ours: &'o [EnvVar],
     dependent: Option<(&str, &str)>,
     warnings: &mut Vec<Warning>,
-) {
-    let existing = container.env.as_deref().unwrap_or(&[]);
+) -> Vec<(usize, &'o EnvVar)> {
     let mut missing = Vec::new();
     for var in ours {
-        match existing.iter().find(|e| e.name == var.name) {
-            None => missing.push(var.clone()),
-            Some(e) if same_env(e, var) => {}
+        match existing.iter().find(|e| e.name.as_str() == var.name) {
+            None => missing.push(var),
+            Some(e) if EnvSource::of_existing(e) == EnvSource::of_ours(var) => {}
             Some(e) => warnings.push(Warning {
                 code: WarningCode::EnvKept,
                 message: format!(
-                    "container {:?} keeps its own {} ({}) instead of the injected value ({})",
-                    container.name,
+                    "container {container:?} keeps its own {} ({}) instead of the injected value ({})",
                     var.name,
-                    describe_env(e),
-                    describe_env(var)
+                    EnvSource::of_existing(e).describe(),
+                    EnvSource::of_ours(var).describe()
                 ),
             }),
         }
     }
-    if missing.is_empty() {
-        return;
-    }
-    let mut env = container.env.take().unwrap_or_default();
+    let mut names: Vec<&str> = existing.iter().map(|e| e.name.as_str()).collect();
+    let mut inserts = Vec::with_capacity(missing.len());
     let mut at = 0;
     for var in missing {
         // The address refers to the host variable: when the app defines the host itself, the address must
         // come after the app's definition for `$(HOST)` to expand.
         let after = dependent
             .filter(|(dep, _)| *dep == var.name)
-            .and_then(|(_, host)| env.iter().position(|e| e.name == host))
+            .and_then(|(_, host)| names.iter().position(|n| *n == host))
             .filter(|&h| h >= at);
-        match after {
-            Some(h) => env.insert(h + 1, var),
+        let index = match after {
+            Some(h) => h + 1,
             None => {
-                env.insert(at, var);
                 at += 1;
+                at - 1
             }
-        }
+        };
+        names.insert(index, &var.name);
+        inserts.push((index, var));
     }
-    container.env = Some(env);
+    inserts
 }
 
-/// Renders the plan onto a copy of `pod`.
-pub fn render(pod: &Pod, plan: &Plan, config: &Config) -> Result<Rendered, Denial> {
+/// Renders the plan as a patch against `pod`.
+pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendered, Denial> {
     let profile = config.profiles.get(&plan.profile).ok_or_else(|| Denial {
         reason: Reason::UnknownProfile,
         message: format!(
@@ -301,9 +350,8 @@ pub fn render(pod: &Pod, plan: &Plan, config: &Config) -> Result<Rendered, Denia
         ),
     })?;
     let previous = plan.previous.as_ref();
-    let mut out = pod.clone();
     let mut warnings = plan.warnings.clone();
-    let spec = out.spec.as_mut().ok_or_else(|| Denial {
+    let spec = pod.spec.as_ref().ok_or_else(|| Denial {
         reason: Reason::InvalidObject,
         message: "the Pod has no spec".into(),
     })?;
@@ -338,81 +386,118 @@ pub fn render(pod: &Pod, plan: &Plan, config: &Config) -> Result<Rendered, Denia
         None => socket.is_some(),
     };
 
-    let mut added_volumes = Vec::new();
+    let mut new_volumes = Vec::new();
+    let mut volume_count = None;
     if previous.is_none() {
-        if let Some(v) = socket {
-            ensure_volume(&mut spec.volumes, v, "the PDP socket", &mut added_volumes)?;
+        let entries = volume_entries(spec.volumes).map_err(invalid)?;
+        volume_count = entries.as_ref().map(Vec::len);
+        let existing = entries.unwrap_or_default();
+        let v = &mut new_volumes;
+        if let Some(s) = socket {
+            ensure_volume(&existing, v, s, "the PDP socket")?;
         }
         if plan.mode == Mode::Sidecar {
-            for v in &profile.volumes {
-                ensure_volume(
-                    &mut spec.volumes,
-                    v.volume.clone(),
-                    "the PDP's own files",
-                    &mut added_volumes,
-                )?;
+            for pv in &profile.volumes {
+                ensure_volume(&existing, v, pv.volume.clone(), "the PDP's own files")?;
             }
         }
-        if let Some(v) = mtls_volume(profile) {
-            ensure_volume(
-                &mut spec.volumes,
-                v,
-                "the mTLS client certificate",
-                &mut added_volumes,
-            )?;
+        if let Some(m) = mtls_volume(profile) {
+            ensure_volume(&existing, v, m, "the mTLS client certificate")?;
         }
     }
+    let added_volumes: Vec<String> = new_volumes.iter().map(|v| v.name.clone()).collect();
 
     let ours = app_env(profile, plan.mode, with_socket);
     let dependent = (plan.mode == Mode::Daemonset).then_some((
         profile.env_names.address.as_str(),
         profile.env_names.host.as_str(),
     ));
+    let mut containers_ops = PatchBuilder::default();
     let mut wired = Vec::new();
-    for container in spec.containers.iter_mut() {
-        if !plan.containers.contains(&container.name)
-            || previous.is_some_and(|s| s.containers.contains(&container.name))
+    for (i, container) in pod.containers().iter().enumerate() {
+        let name = container.name.as_str();
+        if !plan.containers.iter().any(|c| c == name)
+            || previous.is_some_and(|s| s.containers.iter().any(|c| c == name))
         {
             continue;
         }
-        ensure_env(container, &ours, dependent, &mut warnings);
+        let index = i.to_string();
+        let env = parse_list::<EnvEntry<'_>>(container.env, &format!("spec.containers[{i}].env"))
+            .map_err(invalid)?;
+        let env_path = pointer(["spec", "containers", &index, "env"]);
+        let inserts = ensure_env(
+            name,
+            env.as_deref().unwrap_or_default(),
+            &ours,
+            dependent,
+            &mut warnings,
+        );
+        match env {
+            None => {
+                let mut list: Vec<&EnvVar> = Vec::new();
+                for (at, var) in inserts {
+                    list.insert(at, var);
+                }
+                containers_ops.extend(env_path, None, &list);
+            }
+            Some(_) => {
+                for (at, var) in inserts {
+                    containers_ops.insert(&env_path, at, var);
+                }
+            }
+        }
+
+        let mounts = parse_list::<MountEntry<'_>>(
+            container.volume_mounts,
+            &format!("spec.containers[{i}].volumeMounts"),
+        )
+        .map_err(invalid)?;
+        let existing = mounts.as_deref().unwrap_or_default();
+        let mut added = Vec::new();
         if with_socket {
-            ensure_mount(
-                container,
-                VolumeMount {
-                    name: VOLUME_SOCKET.into(),
-                    mount_path: profile.socket.dir.clone(),
-                    read_only: Some(true),
-                    ..Default::default()
-                },
-            )?;
+            let mount = VolumeMount {
+                name: VOLUME_SOCKET.into(),
+                mount_path: profile.socket.dir.clone(),
+                read_only: Some(true),
+                ..Default::default()
+            };
+            ensure_mount(name, existing, &mut added, mount)?;
         }
         if let Some(m) = &profile.mtls {
-            ensure_mount(
-                container,
-                VolumeMount {
-                    name: VOLUME_MTLS.into(),
-                    mount_path: m.mount_path.clone(),
-                    read_only: Some(true),
-                    ..Default::default()
-                },
-            )?;
+            let mount = VolumeMount {
+                name: VOLUME_MTLS.into(),
+                mount_path: m.mount_path.clone(),
+                read_only: Some(true),
+                ..Default::default()
+            };
+            ensure_mount(name, existing, &mut added, mount)?;
         }
-        wired.push(container.name.clone());
+        containers_ops.extend(
+            pointer(["spec", "containers", &index, "volumeMounts"]),
+            mounts.as_ref().map(Vec::len),
+            &added,
+        );
+        wired.push(name.to_string());
     }
 
+    let mut init_ops = PatchBuilder::default();
     let mut sidecar = None;
     if plan.mode == Mode::Sidecar && previous.is_none() {
         let container = sidecar_container(profile);
         sidecar = Some(container.name.clone());
         if profile.sidecar.native {
-            let inits = spec.init_containers.get_or_insert_with(Vec::new);
-            match profile.sidecar.placement {
-                Placement::AfterInit => inits.push(container),
-                Placement::First => inits.insert(0, container),
+            let list = pointer(["spec", "initContainers"]);
+            match (
+                spec.init_containers.as_ref().map(Vec::len),
+                profile.sidecar.placement,
+            ) {
+                (None, _) => init_ops.add(list, &[&container]),
+                (Some(n), Placement::AfterInit) => init_ops.insert(&list, n, &container),
+                (Some(_), Placement::First) => init_ops.insert(&list, 0, &container),
             }
         } else {
-            spec.containers.push(container);
+            let n = spec.containers.as_ref().map(Vec::len);
+            containers_ops.extend(pointer(["spec", "containers"]), n, &[container]);
         }
     }
 
@@ -438,29 +523,47 @@ pub fn render(pod: &Pod, plan: &Plan, config: &Config) -> Result<Rendered, Denia
             warnings: warnings.iter().map(|w| w.code).collect(),
         },
     };
+
+    let mut patch = PatchBuilder::default();
     if previous.is_none() || !wired.is_empty() {
-        let annotations = out
-            .metadata
-            .annotations
-            .get_or_insert_with(Default::default);
-        annotations.insert(
-            ANNOTATION_STATUS.into(),
-            serde_json::to_string(&status).expect("status serializes"),
-        );
+        let mut changed: BTreeMap<&str, String> = BTreeMap::new();
+        let status_json = serde_json::to_string(&status).expect("status serializes");
+        if pod.annotation(ANNOTATION_STATUS) != Some(status_json.as_str()) {
+            changed.insert(ANNOTATION_STATUS, status_json);
+        }
         if added_volumes.iter().any(|v| v == VOLUME_SOCKET) {
-            let entry = annotations
-                .entry(ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES.into())
-                .or_default();
+            let mut entry = pod
+                .annotation(ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES)
+                .unwrap_or_default()
+                .to_string();
             if !entry.split(',').any(|v| v.trim() == VOLUME_SOCKET) {
                 if !entry.is_empty() {
                     entry.push(',');
                 }
                 entry.push_str(VOLUME_SOCKET);
+                changed.insert(ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES, entry);
+            }
+        }
+        let meta = pod.metadata.as_ref();
+        match (meta, meta.and_then(|m| m.annotations.as_ref())) {
+            _ if changed.is_empty() => {}
+            (None, _) => patch.add(
+                pointer(["metadata"]),
+                &BTreeMap::from([("annotations", &changed)]),
+            ),
+            (Some(_), None) => patch.add(pointer(["metadata", "annotations"]), &changed),
+            (Some(_), Some(_)) => {
+                for (key, value) in &changed {
+                    patch.add(pointer(["metadata", "annotations", key]), value);
+                }
             }
         }
     }
+    patch.append(init_ops);
+    patch.append(containers_ops);
+    patch.extend(pointer(["spec", "volumes"]), volume_count, &new_volumes);
     Ok(Rendered {
-        pod: out,
+        patch: patch.finish(),
         warnings,
         status,
     })

@@ -1,0 +1,279 @@
+//! The part of a Pod that the core reads, borrowed from the JSON it came in: the one parse path of the webhook,
+//! the offline command and the tests.
+//!
+//! [`PodView`] holds what deciding and rendering read, and nothing else: the annotations and labels, the
+//! containers' names, and, as unparsed slices of the body, the lists that rendering extends (each container's
+//! `env` and `volumeMounts`, the Pod's `volumes`). Everything else in the object (images, probes, resources,
+//! affinity, the init containers' contents, ...) is skipped by the parser without allocating. Since the core
+//! receives only this type, what the core reads is fixed by the compiler: a field that is not here cannot be
+//! read, and a field that is here is parsed the same way whatever the order of the keys around it.
+//!
+//! The slices are parsed only when a Pod is wired ([`EnvEntry`], [`MountEntry`], [`VolumeEntry`]), and again
+//! only the parts that rendering compares. Rendering writes its changes as JSON Patch operations against the
+//! same positions, so the patch never carries a value the parser skipped.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+/// A JSON string, borrowed from the input when it has no escapes (serde's own `Cow<str>` always copies once it is
+/// inside a map or a list).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Str<'a>(pub Cow<'a, str>);
+
+impl Str<'_> {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for Str<'_> {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct StrVisitor;
+        impl<'de> Visitor<'de> for StrVisitor {
+            type Value = Str<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(StrVisitor)
+    }
+}
+
+/// A map of strings (labels, annotations). A duplicate key is an error, as in the typed Pod's map.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StrMap<'a>(pub BTreeMap<Str<'a>, Str<'a>>);
+
+impl StrMap<'_> {
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(Str::as_str)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for StrMap<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MapVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for MapVisitor<'a> {
+            type Value = StrMap<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of strings")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+                let mut out = BTreeMap::new();
+                while let Some(key) = map.next_key::<Str<'de>>()? {
+                    let value = map.next_value::<Str<'de>>()?;
+                    if out.insert(key, value).is_some() {
+                        return Err(serde::de::Error::custom("duplicate key in a map"));
+                    }
+                }
+                Ok(StrMap(out))
+            }
+        }
+        deserializer.deserialize_map(MapVisitor(std::marker::PhantomData))
+    }
+}
+
+/// What the core reads of a Pod.
+#[derive(Debug, Default, Deserialize)]
+pub struct PodView<'a> {
+    /// `metadata`; `None` when absent (a Pod template may have none).
+    #[serde(borrow, default)]
+    pub metadata: Option<MetaView<'a>>,
+    /// `spec`.
+    #[serde(borrow, default)]
+    pub spec: Option<SpecView<'a>>,
+}
+
+/// What the core reads of `metadata`.
+#[derive(Debug, Default, Deserialize)]
+pub struct MetaView<'a> {
+    /// `annotations`, whole: rendering adds to them and must know whether the map exists.
+    #[serde(borrow, default)]
+    pub annotations: Option<StrMap<'a>>,
+    /// `labels`.
+    #[serde(borrow, default)]
+    pub labels: Option<StrMap<'a>>,
+}
+
+/// What the core reads of `spec`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpecView<'a> {
+    /// `containers` (a `null` list counts as empty, as for the typed Pod).
+    #[serde(borrow, default)]
+    pub containers: Option<Vec<ContainerView<'a>>>,
+    /// `initContainers`: their names, and how many there are (a native sidecar goes among them).
+    #[serde(borrow, default)]
+    pub init_containers: Option<Vec<ContainerView<'a>>>,
+    /// `volumes`, unparsed until the Pod is wired.
+    #[serde(borrow, default)]
+    pub volumes: Option<&'a RawValue>,
+    /// `hostNetwork`.
+    #[serde(default)]
+    pub host_network: Option<bool>,
+}
+
+/// What the core reads of a container.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerView<'a> {
+    /// `name`.
+    #[serde(borrow, default)]
+    pub name: Str<'a>,
+    /// `env`, unparsed until the Pod is wired.
+    #[serde(borrow, default)]
+    pub env: Option<&'a RawValue>,
+    /// `volumeMounts`, unparsed until the Pod is wired.
+    #[serde(borrow, default)]
+    pub volume_mounts: Option<&'a RawValue>,
+}
+
+/// What rendering compares of an environment variable: its name and where its value comes from.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvEntry<'a> {
+    /// `name`.
+    #[serde(borrow, default)]
+    pub name: Str<'a>,
+    /// `value`.
+    #[serde(borrow, default)]
+    pub value: Option<Str<'a>>,
+    /// `valueFrom`, of which only a field reference is compared.
+    #[serde(borrow, default)]
+    pub value_from: Option<ValueFromEntry<'a>>,
+}
+
+/// `valueFrom` of an environment variable.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ValueFromEntry<'a> {
+    /// `fieldRef`.
+    #[serde(borrow, default)]
+    pub field_ref: Option<FieldRefEntry<'a>>,
+}
+
+/// `valueFrom.fieldRef`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldRefEntry<'a> {
+    /// `fieldPath`.
+    #[serde(borrow, default)]
+    pub field_path: Str<'a>,
+}
+
+/// What rendering compares of a volume mount.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MountEntry<'a> {
+    /// `name`.
+    #[serde(borrow, default)]
+    pub name: Str<'a>,
+    /// `mountPath`.
+    #[serde(borrow, default)]
+    pub mount_path: Str<'a>,
+}
+
+/// A volume: its name, and the whole entry, parsed only when rendering meets a volume of the name it adds.
+#[derive(Debug)]
+pub struct VolumeEntry<'a> {
+    /// `name`.
+    pub name: Str<'a>,
+    /// The entry as it is in the input.
+    pub raw: &'a RawValue,
+}
+
+impl<'a> PodView<'a> {
+    /// Parses the view from a Pod's JSON. Fails on JSON that is not an object of the Pod's shape in the fields
+    /// read; fields that are not read are only checked to be JSON.
+    pub fn parse(json: &'a str) -> Result<PodView<'a>, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+
+    /// The value of annotation `key`.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.metadata.as_ref()?.annotations.as_ref()?.get(key)
+    }
+
+    /// The value of label `key`.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.as_ref()?.labels.as_ref()?.get(key)
+    }
+
+    /// The app containers (`spec.containers`), empty without a spec.
+    pub fn containers(&self) -> &[ContainerView<'a>] {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.containers.as_deref())
+            .unwrap_or_default()
+    }
+
+    /// The init containers, empty when there are none.
+    pub fn init_containers(&self) -> &[ContainerView<'a>] {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.init_containers.as_deref())
+            .unwrap_or_default()
+    }
+}
+
+/// Parses one of the lists a view keeps unparsed (`None` stays `None`).
+pub fn parse_list<'a, T: Deserialize<'a>>(
+    raw: Option<&'a RawValue>,
+    what: &str,
+) -> Result<Option<Vec<T>>, String> {
+    raw.map(|r| serde_json::from_str::<Option<Vec<T>>>(r.get()))
+        .transpose()
+        .map(Option::flatten)
+        .map_err(|e| format!("{what} is not a valid list: {e}"))
+}
+
+/// The volumes of a view, each with its name.
+pub fn volume_entries<'a>(
+    raw: Option<&'a RawValue>,
+) -> Result<Option<Vec<VolumeEntry<'a>>>, String> {
+    #[derive(Deserialize)]
+    struct Name<'a> {
+        #[serde(borrow, default)]
+        name: Str<'a>,
+    }
+    let Some(list) = parse_list::<&'a RawValue>(raw, "spec.volumes")? else {
+        return Ok(None);
+    };
+    list.into_iter()
+        .map(|raw| {
+            serde_json::from_str::<Name<'a>>(raw.get())
+                .map(|n| VolumeEntry { name: n.name, raw })
+                .map_err(|e| format!("spec.volumes has an invalid volume: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// The JSON of a typed Pod, for callers that hold one (the offline command, tests): the view is then parsed from
+/// it, so they take exactly the webhook's path.
+pub fn pod_json(pod: &Pod) -> String {
+    serde_json::to_string(pod).expect("a typed Pod serializes")
+}
