@@ -4,7 +4,6 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use pdp_injector::cluster::{NamespaceSource, NoCluster};
 use pdp_injector::config::Config;
 use pdp_injector::tls::certs;
 use pdp_injector::tls::{TlsFiles, TlsMaterial};
-use pdp_injector::webhook::server::{self, ServeOptions, TlsSource, parse_duration};
+use pdp_injector::webhook::server::{self, ServeFlags, ServeOptions, TlsSource};
 use pdp_injector::{offline, tls};
 
 #[derive(Parser)]
@@ -53,15 +52,8 @@ enum LogFormat {
     Json,
 }
 
-fn duration(s: &str) -> Result<Duration, String> {
-    parse_duration(s).ok_or_else(|| format!("invalid duration {s:?} (examples: 500ms, 10s, 2m)"))
-}
-
 #[derive(Args)]
 struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, env = "PDP_INJECTOR_LISTEN", default_value = "0.0.0.0:8443")]
-    listen: SocketAddr,
     /// Serving certificate chain (PEM). Without --cert and --key, a self-signed CA and certificate are generated.
     #[arg(long, env = "PDP_INJECTOR_CERT", requires = "key")]
     cert: Option<PathBuf>,
@@ -71,9 +63,6 @@ struct ServeArgs {
     /// CA for client certificates: when set, clients without a valid certificate are refused (mTLS).
     #[arg(long, env = "PDP_INJECTOR_CLIENT_CA")]
     client_ca: Option<PathBuf>,
-    /// Config file (YAML), reloaded when it changes; the built-in config when absent.
-    #[arg(long, env = "PDP_INJECTOR_CONFIG")]
-    config: Option<PathBuf>,
     /// Log format.
     #[arg(
         long,
@@ -85,70 +74,22 @@ struct ServeArgs {
     /// Keep the CA and serving certificate in a Secret (create, renew, patch caBundle) instead of files.
     #[arg(long, env = "PDP_INJECTOR_SELF_MANAGED_CERTS", conflicts_with_all = ["cert", "key"])]
     self_managed_certs: bool,
-    /// Namespace of the webhook (its Secret and Service).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "pdp-system")]
-    namespace: String,
-    /// Service name the apiserver dials (the certificate's SANs).
-    #[arg(long, env = "PDP_INJECTOR_SERVICE", default_value = "pdp-injector")]
-    service: String,
-    /// Secret for self-managed certificates.
-    #[arg(long, env = "PDP_INJECTOR_SECRET", default_value = "pdp-injector-tls")]
-    secret_name: String,
-    /// MutatingWebhookConfiguration whose caBundle self-managed mode keeps current.
-    #[arg(
-        long,
-        env = "PDP_INJECTOR_WEBHOOK_CONFIG",
-        default_value = "pdp-injector"
-    )]
-    webhook_config: String,
-    /// Validity of self-managed serving certificates, in days (renewed when 30 days or a third are left).
-    #[arg(long, env = "PDP_INJECTOR_CERT_DAYS", default_value_t = 90)]
-    cert_days: i64,
     /// Cluster connection (KUBECONFIG or in-cluster) for namespace labels and the apiserver version.
     #[arg(long, env = "PDP_INJECTOR_CLUSTER", value_enum, default_value = "auto")]
     cluster: ClusterMode,
     /// Where the self-signed CA and certificate are written when no --cert/--key are given.
     #[arg(long, env = "PDP_INJECTOR_SELF_SIGNED_DIR", default_value_os_t = std::env::temp_dir().join("pdp-injector"))]
     self_signed_dir: PathBuf,
-    /// Admission requests answered at once; more get a fast 503.
-    #[arg(long, env = "PDP_INJECTOR_MAX_IN_FLIGHT", default_value_t = 256)]
-    max_in_flight: usize,
-    /// Largest accepted request body, in bytes.
-    #[arg(long, env = "PDP_INJECTOR_BODY_LIMIT", default_value_t = server::DEFAULT_BODY_LIMIT)]
-    body_limit: usize,
-    /// What the webhook may use (Kubernetes quantity: 96Mi): open connections, request bodies held at once and
-    /// per-connection buffers are all derived from it (SECURITY.md, "Memory budget"). Keep it at about 75% of
-    /// the container's memory limit.
-    #[arg(long, env = "PDP_INJECTOR_MEMORY_BUDGET", default_value = "96Mi", value_parser = pdp_injector::webhook::limits::parse_size)]
-    memory_budget: u64,
-    /// Upper bound on one request (the apiserver's ?timeout= lowers it).
-    #[arg(long, env = "PDP_INJECTOR_REQUEST_TIMEOUT", default_value = "10s", value_parser = duration)]
-    request_timeout: Duration,
-    /// How long a keep-alive connection may stay idle between requests (above the apiserver's 90 s).
-    #[arg(long, env = "PDP_INJECTOR_IDLE_TIMEOUT", default_value = "150s", value_parser = duration)]
-    idle_timeout: Duration,
-    /// Bound on TLS handshakes and on the first request of a connection.
-    #[arg(long, env = "PDP_INJECTOR_HANDSHAKE_TIMEOUT", default_value = "5s", value_parser = duration)]
-    handshake_timeout: Duration,
-    /// How often certificate and config files are checked for changes.
-    #[arg(long, env = "PDP_INJECTOR_RELOAD_INTERVAL", default_value = "2s", value_parser = duration)]
-    reload_interval: Duration,
-    /// After SIGTERM, keep answering (while not ready) this long before draining.
-    #[arg(long, env = "PDP_INJECTOR_DRAIN_DELAY", default_value = "0s", value_parser = duration)]
-    drain_delay: Duration,
-    /// How long in-flight requests get to finish when draining.
-    #[arg(long, env = "PDP_INJECTOR_SHUTDOWN_GRACE", default_value = "25s", value_parser = duration)]
-    shutdown_grace: Duration,
+    #[command(flatten)]
+    server: ServeFlags,
+    #[command(flatten)]
+    certificates: selfcerts::Settings,
 }
 
 #[derive(Args)]
 struct CertsArgs {
-    /// Service name of the webhook.
-    #[arg(long, env = "PDP_INJECTOR_SERVICE", default_value = "pdp-injector")]
-    service: String,
-    /// Namespace of the webhook.
-    #[arg(long, env = "PDP_INJECTOR_NAMESPACE", default_value = "pdp-system")]
-    namespace: String,
+    #[command(flatten)]
+    webhook: certs::ServiceName,
     /// Extra DNS names or IP addresses for the serving certificate (repeatable).
     #[arg(long = "extra-san")]
     extra_sans: Vec<String>,
@@ -234,9 +175,10 @@ async fn first_certificate(client: &kube::Client, settings: &selfcerts::Settings
     }
 }
 
-/// A CA and a certificate for localhost, written where the user can find the CA.
+/// A CA and a certificate for localhost and the webhook's Service, written where the user can find the CA.
 fn self_signed(
     dir: &std::path::Path,
+    webhook: &certs::ServiceName,
     client_ca_pem: Option<Vec<u8>>,
 ) -> anyhow::Result<TlsMaterial> {
     let mut sans = vec![
@@ -244,7 +186,7 @@ fn self_signed(
         "127.0.0.1".to_string(),
         "::1".to_string(),
     ];
-    sans.extend(certs::service_sans("pdp-injector", "pdp-system"));
+    sans.extend(webhook.sans());
     let bundle = certs::generate(&sans, 30, 30)?;
     bundle.write(dir)?;
     let ca = dir.join("ca.crt");
@@ -290,12 +232,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
                         "--self-managed-certs needs a cluster connection (in-cluster or KUBECONFIG)"
                     );
                 };
-                let mut settings = selfcerts::Settings::new(args.namespace.clone());
-                settings.service = args.service.clone();
-                settings.secret_name = args.secret_name.clone();
-                settings.webhook_config = args.webhook_config.clone();
-                settings.cert_days = args.cert_days.max(1);
-                settings.renew_before_days = (args.cert_days / 3).clamp(0, 30);
+                let mut settings = args.certificates.clone();
                 settings.client_ca_pem = client_ca_pem;
                 let material = first_certificate(&client, &settings).await;
                 let (tx, rx) = tokio::sync::watch::channel(material);
@@ -307,23 +244,14 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
                 ));
                 TlsSource::Watched(rx)
             }
-            None => TlsSource::Fixed(self_signed(&args.self_signed_dir, client_ca_pem)?),
+            None => TlsSource::Fixed(self_signed(
+                &args.self_signed_dir,
+                &args.certificates.webhook,
+                client_ca_pem,
+            )?),
         };
-        let mut options = ServeOptions {
-            config_path: args.config.clone(),
-            max_in_flight: args.max_in_flight,
-            body_limit: args.body_limit,
-            memory_budget: args.memory_budget,
-            handshake_timeout: args.handshake_timeout,
-            header_timeout: args.handshake_timeout,
-            idle_timeout: args.idle_timeout,
-            request_timeout: args.request_timeout,
-            reload_interval: args.reload_interval,
-            drain_delay: args.drain_delay,
-            shutdown_grace: args.shutdown_grace,
-            ..ServeOptions::new(args.listen, tls_source)
-        };
-        options.fit.own_namespace = Some(args.namespace.clone());
+        let mut options = ServeOptions::with_flags(args.server.clone(), tls_source);
+        options.fit.own_namespace = Some(args.certificates.webhook.namespace.clone());
         options.cluster_counters = counters.clone();
         let namespaces: Arc<dyn NamespaceSource> = match &client {
             Some(client) => {
@@ -343,7 +271,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn run_certs(args: CertsArgs) -> anyhow::Result<()> {
-    let mut sans = certs::service_sans(&args.service, &args.namespace);
+    let mut sans = args.webhook.sans();
     sans.extend(args.extra_sans);
     let bundle = certs::generate(&sans, args.ca_days, args.days)?;
     bundle.write(&args.out_dir)?;
@@ -367,16 +295,11 @@ struct InjectArgs {
         default_value = "-"
     )]
     file: String,
-    /// Namespace default for documents whose namespace the stream does not label: enabled, sidecar, daemonset or
-    /// disabled (as the namespace label pdp-injector.io/injection).
-    #[arg(long, env = "PDP_INJECTOR_MODE")]
-    mode: Option<String>,
     /// Profile for Pods without a pdp-injector.io/profile annotation (default: the config's default profile).
     #[arg(long, env = "PDP_INJECTOR_PROFILE")]
     profile: Option<String>,
-    /// Namespace of documents that name none.
-    #[arg(long, env = "PDP_INJECTOR_NAMESPACE", default_value = "default")]
-    namespace: String,
+    #[command(flatten)]
+    documents: offline::Options,
     /// Config file (YAML); the built-in config when absent.
     #[arg(long, env = "PDP_INJECTOR_CONFIG")]
     config: Option<PathBuf>,
@@ -396,13 +319,6 @@ fn run_inject(args: InjectArgs) -> anyhow::Result<()> {
         }
         config.default_profile = profile;
     }
-    if let Some(mode) = &args.mode
-        && !["enabled", "sidecar", "daemonset", "disabled"].contains(&mode.as_str())
-    {
-        anyhow::bail!(
-            "invalid value {mode:?} for --mode: valid values are enabled, sidecar, daemonset, disabled"
-        );
-    }
     let input = if args.file == "-" {
         let mut s = String::new();
         std::io::stdin().read_to_string(&mut s)?;
@@ -411,11 +327,7 @@ fn run_inject(args: InjectArgs) -> anyhow::Result<()> {
         std::fs::read_to_string(&args.file)
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.file))?
     };
-    let options = offline::Options {
-        mode: args.mode,
-        default_namespace: Some(args.namespace),
-    };
-    let (output, reports) = offline::inject_stream(&input, &config, &options)?;
+    let (output, reports) = offline::inject_stream(&input, &config, &args.documents)?;
     // One line per Pod template: buffered, so a stream of thousands of documents is not a write per line.
     let mut log = std::io::BufWriter::new(std::io::stderr().lock());
     let mut injected = 0;

@@ -12,12 +12,19 @@ use crate::core::{NamespaceInfo, Reason, Warning};
 use crate::core::{Outcome, inject};
 use crate::names::LABEL_NAMESPACE_INJECTION;
 
-/// Defaults for the documents of one stream.
-#[derive(Debug, Clone, Default)]
+/// Defaults for the documents of one stream: flags of the `inject` command.
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct Options {
-    /// Acts as the namespace's `pdp-injector.io/injection` label for namespaces the stream does not define.
+    /// Namespace default for documents whose namespace the stream does not label: enabled, sidecar, daemonset or
+    /// disabled (as the namespace label pdp-injector.io/injection).
+    #[arg(long, env = "PDP_INJECTOR_MODE", value_parser = crate::core::decide::namespace_label_value)]
     pub mode: Option<String>,
     /// Namespace of documents that name none.
+    #[arg(
+        long = "namespace",
+        env = "PDP_INJECTOR_NAMESPACE",
+        default_value = "default"
+    )]
     pub default_namespace: Option<String>,
 }
 

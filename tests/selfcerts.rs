@@ -230,7 +230,7 @@ async fn renews_before_expiry_with_the_same_ca_and_a_resource_version() {
 
     // With a renewal window wider than the certificate's life, the certificate counts as expiring.
     let mut eager = settings();
-    eager.renew_before_days = 365;
+    eager.renew_before_days = Some(365);
     let renewed = selfcerts::reconcile(&client, &eager).await.unwrap();
     assert_ne!(renewed.cert_pem, first.cert_pem);
     let secret = stored_secret(&world);
@@ -408,7 +408,7 @@ async fn two_replicas_rotating_the_ca_at_once_keep_every_served_certificate_trus
     let mut rotating = settings();
     rotating.ca_days = 3650;
     rotating.cert_days = 3000;
-    rotating.renew_before_days = 365;
+    rotating.renew_before_days = Some(365);
     {
         let mut w = world.lock().unwrap();
         w.gate = Some(Arc::new(tokio::sync::Barrier::new(2)));
@@ -506,4 +506,19 @@ fn ca_union_dedups_orders_and_drops_expired() {
     assert_eq!(selfcerts::split_pem(&later), vec![a.clone()]);
     let dropped = [selfcerts::fingerprint(&a).unwrap()].into_iter().collect();
     assert_eq!(selfcerts::ca_union([union.as_str()], &dropped, now), b);
+}
+
+#[test]
+fn settings_default_to_the_flags_defaults_and_renew_at_a_third() {
+    let mut s = Settings::new("team");
+    assert_eq!(s.webhook.namespace, "team");
+    assert_eq!(s.webhook.service, "pdp-injector");
+    assert_eq!(s.secret_name, "pdp-injector-tls");
+    assert_eq!(s.cert_days, 90);
+    assert_eq!(s.renew_before(), 30);
+    s.cert_days = 12;
+    assert_eq!(s.renew_before(), 4);
+    s.renew_before_days = Some(365);
+    assert_eq!(s.renew_before(), 365);
+    assert!(s.sans().contains(&"pdp-injector.team.svc".to_string()));
 }

@@ -655,7 +655,7 @@ async fn certificate_rotation_without_restart() {
             client_ca: None,
         }),
     );
-    options.reload_interval = Duration::from_millis(50);
+    options.flags.reload_interval = Duration::from_millis(50);
     let r = start_with(options, Arc::new(NoCluster)).await;
     assert!(
         call(
@@ -757,8 +757,8 @@ async fn config_reload_good_and_bad() {
     let mut dir = SecretDir::new("config");
     dir.write(&[("config.yaml", "defaultMode: daemonset\n")]);
     let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
-    options.config_path = Some(dir.path("config.yaml"));
-    options.reload_interval = Duration::from_millis(50);
+    options.flags.config_path = Some(dir.path("config.yaml"));
+    options.flags.reload_interval = Duration::from_millis(50);
     let r = start_with(options, Arc::new(NoCluster)).await;
     let ca = b.ca_cert_pem.clone();
     let (_, out) = post(&r, &ca, annotated("enabled")).await;
@@ -800,7 +800,7 @@ async fn config_reload_good_and_bad() {
 async fn readiness_fails_at_once_on_shutdown_while_requests_are_still_answered() {
     let b = bundle();
     let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
-    options.drain_delay = Duration::from_millis(800);
+    options.flags.drain_delay = Duration::from_millis(800);
     let r = start_with(options, Arc::new(NoCluster)).await;
     let addr = r.addr;
     let ca = b.ca_cert_pem.clone();
@@ -845,7 +845,7 @@ async fn readiness_fails_at_once_on_shutdown_while_requests_are_still_answered()
 async fn overload_and_deadlines_answer_fast() {
     let b = bundle();
     let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
-    options.max_in_flight = 1;
+    options.flags.max_in_flight = 1;
     let r = start_with(options, Arc::new(NoCluster)).await;
     let ca = b.ca_cert_pem.clone();
 
@@ -944,7 +944,7 @@ async fn slow_headers_are_cut_off() {
     let b = bundle();
     let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
     options.header_timeout = Duration::from_millis(500);
-    options.handshake_timeout = Duration::from_millis(500);
+    options.flags.handshake_timeout = Duration::from_millis(500);
     let r = start_with(options, Arc::new(NoCluster)).await;
 
     // a partial TLS ClientHello is dropped after the handshake timeout
@@ -1292,7 +1292,7 @@ async fn request_bodies_share_one_byte_budget() {
     let b = bundle();
     let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
     // 48 MiB: bodies get max(48/6, 7) = 8 MiB at once.
-    options.memory_budget = 48 * 1024 * 1024;
+    options.flags.memory_budget = 48 * 1024 * 1024;
     let r = start_with(options, Arc::new(NoCluster)).await;
     let body = padded_review("held", 5 * 1024 * 1024);
     // Hold 5 MiB: headers and all but the last byte, over HTTP/1.1.

@@ -34,50 +34,72 @@ use tracing::{info, warn};
 use crate::tls::certs::{self, Bundle};
 use crate::tls::{self, TlsMaterial};
 
-/// Settings of self-managed mode (flags of `serve`).
-#[derive(Debug, Clone)]
+/// Settings of self-managed mode: the flags of `serve` that name the webhook's objects, with their defaults and
+/// environment variables (the binary flattens this; [`Settings::new`] parses no arguments), and tuning that is
+/// not a flag.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Settings {
-    /// Namespace of the webhook and its Secret.
-    pub namespace: String,
-    /// Secret holding `ca.crt`, `ca.key`, `tls.crt`, `tls.key`.
+    /// The webhook's Service and namespace (where the Secret lives too).
+    #[command(flatten)]
+    pub webhook: certs::ServiceName,
+    /// Secret holding `ca.crt`, `ca.key`, `tls.crt`, `tls.key` (self-managed certificates).
+    #[arg(
+        long = "secret-name",
+        env = "PDP_INJECTOR_SECRET",
+        default_value = "pdp-injector-tls"
+    )]
     pub secret_name: String,
-    /// Service the apiserver dials.
-    pub service: String,
-    /// MutatingWebhookConfiguration whose `caBundle` is kept in step.
+    /// MutatingWebhookConfiguration whose caBundle self-managed mode keeps current.
+    #[arg(
+        long,
+        env = "PDP_INJECTOR_WEBHOOK_CONFIG",
+        default_value = "pdp-injector"
+    )]
     pub webhook_config: String,
-    /// Validity of a serving certificate, in days.
+    /// Validity of self-managed serving certificates, in days (renewed when 30 days or a third are left).
+    #[arg(long, env = "PDP_INJECTOR_CERT_DAYS", default_value_t = 90, value_parser = clap::value_parser!(i64).range(1..))]
     pub cert_days: i64,
     /// Validity of a CA, in days.
+    #[arg(skip = 3650)]
     pub ca_days: i64,
-    /// Renew when less than this is left, in days.
-    pub renew_before_days: i64,
+    /// Renew when less than this is left, in days (by default a third of `cert_days`, at most 30).
+    #[arg(skip)]
+    pub renew_before_days: Option<i64>,
     /// How often the Secret is checked even when the watch reports nothing (renewal is time-driven).
+    #[arg(skip = Duration::from_secs(60))]
     pub check_interval: Duration,
     /// How long a retired CA stays trusted in `caBundle`: far longer than any replica takes to reload.
+    #[arg(skip = Duration::from_secs(600))]
     pub retire_after: Duration,
     /// Client CA for mTLS, added to the serving material.
+    #[arg(skip)]
     pub client_ca_pem: Option<Vec<u8>>,
 }
 
 impl Settings {
     /// Defaults for a namespace.
     pub fn new(namespace: impl Into<String>) -> Self {
-        Settings {
-            namespace: namespace.into(),
-            secret_name: "pdp-injector-tls".into(),
-            service: "pdp-injector".into(),
-            webhook_config: "pdp-injector".into(),
-            cert_days: 90,
-            ca_days: 3650,
-            renew_before_days: 30,
-            check_interval: Duration::from_secs(60),
-            retire_after: Duration::from_secs(600),
-            client_ca_pem: None,
+        #[derive(clap::Parser)]
+        struct Only {
+            #[command(flatten)]
+            settings: Settings,
         }
+        let mut settings = <Only as clap::Parser>::try_parse_from(["serve"])
+            .expect("the defaults of the certificate flags parse")
+            .settings;
+        settings.webhook.namespace = namespace.into();
+        settings
     }
 
-    fn sans(&self) -> Vec<String> {
-        certs::service_sans(&self.service, &self.namespace)
+    /// Renew when less than this is left, in days.
+    pub fn renew_before(&self) -> i64 {
+        self.renew_before_days
+            .unwrap_or((self.cert_days / 3).clamp(0, 30))
+    }
+
+    /// The DNS names the apiserver dials.
+    pub fn sans(&self) -> Vec<String> {
+        self.webhook.sans()
     }
 }
 
@@ -262,7 +284,7 @@ impl Ledger {
 
 /// Decides, without I/O, whether a Secret's certificates can be used at `now` (seconds since the epoch).
 pub fn assess(secret: &Secret, settings: &Settings, now: i64) -> Assessment {
-    let renew_at = |expiry: i64| expiry - settings.renew_before_days * 86_400 <= now;
+    let renew_at = |expiry: i64| expiry - settings.renew_before() * 86_400 <= now;
     let (Some(ca_cert), Some(ca_key)) = (field(secret, "ca.crt"), field(secret, "ca.key")) else {
         return Assessment::Regenerate;
     };
@@ -332,7 +354,7 @@ fn secret_of(
     Secret {
         metadata: ObjectMeta {
             name: Some(settings.secret_name.clone()),
-            namespace: Some(settings.namespace.clone()),
+            namespace: Some(settings.webhook.namespace.clone()),
             resource_version,
             labels: Some(BTreeMap::from([(
                 "app.kubernetes.io/managed-by".to_string(),
@@ -538,7 +560,7 @@ pub async fn reconcile(
     client: &kube::Client,
     settings: &Settings,
 ) -> Result<TlsMaterial, SelfCertError> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.webhook.namespace);
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let previous = current_ca_bundle(&webhooks, &settings.webhook_config).await?;
     let settled = ensure_secret(&secrets, settings, &previous).await?;
@@ -564,7 +586,7 @@ pub async fn keep_reconciling(
     tx: watch::Sender<TlsMaterial>,
     counters: crate::cluster::ClusterCounters,
 ) {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.webhook.namespace);
     let config =
         watcher::Config::default().fields(&format!("metadata.name={}", settings.secret_name));
     let (changed_tx, changed_rx) = tokio::sync::mpsc::channel::<()>(1);

@@ -71,6 +71,15 @@ enum PodChoice {
 const POD_VALUES: &str = "sidecar, daemonset, enabled, disabled";
 const NAMESPACE_VALUES: &str = "enabled, sidecar, daemonset, disabled";
 
+/// Checks a value of the namespace label `pdp-injector.io/injection` (the `inject` command's `--mode` stands
+/// for it), with the message that lists the valid values.
+pub fn namespace_label_value(value: &str) -> Result<String, String> {
+    match parse_choice(value) {
+        Some(_) => Ok(value.to_string()),
+        None => Err(format!("valid values are {NAMESPACE_VALUES}")),
+    }
+}
+
 fn parse_choice(value: &str) -> Option<PodChoice> {
     match value {
         "sidecar" => Some(PodChoice::Mode(Mode::Sidecar)),

@@ -10,6 +10,24 @@ use rcgen::{
 };
 use time::{Duration, OffsetDateTime};
 
+/// The webhook's Service, whose DNS names the serving certificate carries: flags of `serve` and `certs`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct ServiceName {
+    /// Service name the apiserver dials (the certificate's SANs).
+    #[arg(long, env = "PDP_INJECTOR_SERVICE", default_value = "pdp-injector")]
+    pub service: String,
+    /// Namespace of the webhook (its Service and Secret).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "pdp-system")]
+    pub namespace: String,
+}
+
+impl ServiceName {
+    /// The DNS names the apiserver dials: `<service>.<namespace>.svc` and the cluster-local form.
+    pub fn sans(&self) -> Vec<String> {
+        service_sans(&self.service, &self.namespace)
+    }
+}
+
 /// Why certificates could not be made or written.
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {

@@ -23,7 +23,7 @@ use crate::cluster::namespaces::NamespaceSource;
 use crate::config::{Config, ConfigError};
 use crate::core::{Denial, NamespaceInfo};
 use crate::tls::{self, TlsError, TlsFiles, TlsMaterial};
-use crate::webhook::limits::{self, ConnectionLimit, DEFAULT_MEMORY_BUDGET, MemoryBounds};
+use crate::webhook::limits::{self, ConnectionLimit, MemoryBounds};
 use crate::webhook::metrics::{ErrorKind, Metrics};
 
 /// Where the serving certificate comes from.
@@ -37,37 +37,76 @@ pub enum TlsSource {
     Watched(tokio::sync::watch::Receiver<TlsMaterial>),
 }
 
-/// Everything `serve` needs; each field maps to a flag.
+fn duration_flag(s: &str) -> Result<Duration, String> {
+    parse_duration(s).ok_or_else(|| format!("invalid duration {s:?} (examples: 500ms, 10s, 2m)"))
+}
+
+/// The flags of `serve` that tune the server, with their defaults and environment variables: the one place
+/// they are written (the binary flattens this into its command line; [`Default`] parses no arguments).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeFlags {
+    /// Address to listen on.
+    #[arg(long, env = "PDP_INJECTOR_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+    /// Config file (YAML), reloaded when it changes; the built-in config when absent.
+    #[arg(long = "config", env = "PDP_INJECTOR_CONFIG")]
+    pub config_path: Option<PathBuf>,
+    /// Admission requests answered at once; more get a fast 503.
+    #[arg(long, env = "PDP_INJECTOR_MAX_IN_FLIGHT", default_value_t = 256)]
+    pub max_in_flight: usize,
+    /// Largest accepted request body, in bytes.
+    #[arg(long, env = "PDP_INJECTOR_BODY_LIMIT", default_value_t = DEFAULT_BODY_LIMIT)]
+    pub body_limit: usize,
+    /// What the webhook may use (Kubernetes quantity: 96Mi): open connections, request bodies held at once and
+    /// per-connection buffers are all derived from it (SECURITY.md, "Memory budget"). Keep it at about 75% of
+    /// the container's memory limit.
+    #[arg(long, env = "PDP_INJECTOR_MEMORY_BUDGET", default_value = "96Mi", value_parser = limits::parse_size)]
+    pub memory_budget: u64,
+    /// Upper bound on one request (the apiserver's ?timeout= lowers it).
+    #[arg(long, env = "PDP_INJECTOR_REQUEST_TIMEOUT", default_value = "10s", value_parser = duration_flag)]
+    pub request_timeout: Duration,
+    /// How long a keep-alive connection may stay idle between requests: longer than the apiserver's idle
+    /// connection timeout (90 s in client-go), so it never races our close with a POST it will not retry.
+    #[arg(long, env = "PDP_INJECTOR_IDLE_TIMEOUT", default_value = "150s", value_parser = duration_flag)]
+    pub idle_timeout: Duration,
+    /// Bound on TLS handshakes and on the first request of a connection.
+    #[arg(long, env = "PDP_INJECTOR_HANDSHAKE_TIMEOUT", default_value = "5s", value_parser = duration_flag)]
+    pub handshake_timeout: Duration,
+    /// How often certificate and config files are checked for changes.
+    #[arg(long, env = "PDP_INJECTOR_RELOAD_INTERVAL", default_value = "2s", value_parser = duration_flag)]
+    pub reload_interval: Duration,
+    /// After SIGTERM, keep answering (while not ready) this long before draining (endpoints catch up).
+    #[arg(long, env = "PDP_INJECTOR_DRAIN_DELAY", default_value = "0s", value_parser = duration_flag)]
+    pub drain_delay: Duration,
+    /// How long in-flight requests get to finish when draining.
+    #[arg(long, env = "PDP_INJECTOR_SHUTDOWN_GRACE", default_value = "25s", value_parser = duration_flag)]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServeFlags {
+    fn default() -> Self {
+        #[derive(clap::Parser)]
+        struct Only {
+            #[command(flatten)]
+            flags: ServeFlags,
+        }
+        <Only as clap::Parser>::try_parse_from(["serve"])
+            .expect("the defaults of the serve flags parse")
+            .flags
+    }
+}
+
+/// Everything `serve` needs: its flags, and what the binary builds from the rest of the command line and the
+/// cluster.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// Address to listen on.
-    pub listen: SocketAddr,
+    /// The flags.
+    pub flags: ServeFlags,
     /// Serving certificate.
     pub tls: TlsSource,
-    /// Config file, watched and reloaded; the built-in config when absent.
-    pub config_path: Option<PathBuf>,
-    /// Admission requests answered at once; beyond that, a fast 503.
-    pub max_in_flight: usize,
-    /// Largest accepted body.
-    pub body_limit: usize,
-    /// What the process may use, in bytes: every bound on connections and buffered bodies derives from it
-    /// ([`MemoryBounds`]).
-    pub memory_budget: u64,
-    /// Bound on a TLS handshake.
-    pub handshake_timeout: Duration,
-    /// Bound on the first request of a connection (slow or partial headers are cut off after it).
+    /// Bound on the first request of a connection (slow or partial headers are cut off after it); the
+    /// handshake timeout unless a test sets it apart.
     pub header_timeout: Duration,
-    /// How long a keep-alive connection may wait for its next request: longer than the apiserver's idle
-    /// connection timeout (90 s in client-go), so it never races our close with a POST it will not retry.
-    pub idle_timeout: Duration,
-    /// Upper bound on one request; the apiserver's `?timeout=` lowers it.
-    pub request_timeout: Duration,
-    /// How often certificate and config files are checked for changes.
-    pub reload_interval: Duration,
-    /// After SIGTERM: how long to keep serving while not ready (endpoints catch up), before draining.
-    pub drain_delay: Duration,
-    /// How long in-flight requests get to finish once draining starts.
-    pub shutdown_grace: Duration,
     /// What the config must be adapted to in this cluster.
     pub fit: ClusterFit,
     /// Counted by the background tasks against the cluster (certificates, namespaces); rendered in /metrics.
@@ -108,20 +147,21 @@ impl ClusterFit {
 impl ServeOptions {
     /// Defaults for a listen address and a certificate source.
     pub fn new(listen: SocketAddr, tls: TlsSource) -> Self {
-        ServeOptions {
-            listen,
+        ServeOptions::with_flags(
+            ServeFlags {
+                listen,
+                ..ServeFlags::default()
+            },
             tls,
-            config_path: None,
-            max_in_flight: 256,
-            body_limit: DEFAULT_BODY_LIMIT,
-            memory_budget: DEFAULT_MEMORY_BUDGET,
-            handshake_timeout: Duration::from_secs(5),
-            header_timeout: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(150),
-            request_timeout: Duration::from_secs(10),
-            reload_interval: Duration::from_secs(2),
-            drain_delay: Duration::ZERO,
-            shutdown_grace: Duration::from_secs(25),
+        )
+    }
+
+    /// Options from parsed flags and a certificate source.
+    pub fn with_flags(flags: ServeFlags, tls: TlsSource) -> Self {
+        ServeOptions {
+            header_timeout: flags.handshake_timeout,
+            flags,
+            tls,
             fit: ClusterFit::default(),
             cluster_counters: Default::default(),
         }
@@ -242,7 +282,7 @@ pub async fn start(
     options: ServeOptions,
     namespaces: Arc<dyn NamespaceSource>,
 ) -> Result<Running, ServeError> {
-    let config = match &options.config_path {
+    let config = match &options.flags.config_path {
         Some(p) => Config::load(p)?,
         None => Config::builtin(),
     };
@@ -254,7 +294,7 @@ pub async fn start(
     };
     let loaded = tls::build(&material)?;
     let rustls_config = RustlsConfig::from_config(loaded.config);
-    let bounds = MemoryBounds::from_budget(options.memory_budget, options.body_limit)
+    let bounds = MemoryBounds::from_budget(options.flags.memory_budget, options.flags.body_limit)
         .map_err(ServeError::Budget)?;
     let metrics = Metrics::with_cluster(options.cluster_counters.clone());
     let connections = ConnectionLimit::new(
@@ -274,15 +314,15 @@ pub async fn start(
         metrics,
         bound: AtomicBool::new(false),
         shutting_down: AtomicBool::new(false),
-        permits: Arc::new(Semaphore::new(options.max_in_flight.max(1))),
+        permits: Arc::new(Semaphore::new(options.flags.max_in_flight.max(1))),
         readers: Arc::new(Semaphore::new(
-            options.max_in_flight.max(1).saturating_mul(4),
+            options.flags.max_in_flight.max(1).saturating_mul(4),
         )),
-        body_limit: options.body_limit,
+        body_limit: options.flags.body_limit,
         body_budget: Arc::new(Semaphore::new(bounds.body_bytes)),
         bounds,
         connections: connections.clone(),
-        request_timeout: options.request_timeout,
+        request_timeout: options.flags.request_timeout,
     });
     state.metrics.set_cert_expiry(loaded.not_after);
 
@@ -290,16 +330,16 @@ pub async fn start(
     let handle: Handle<SocketAddr> = Handle::new();
     // The connection limit applies before the TLS handshake, so a refused connection costs no handshake.
     let acceptor = RustlsAcceptor::new(rustls_config.clone())
-        .handshake_timeout(options.handshake_timeout)
+        .handshake_timeout(options.flags.handshake_timeout)
         .acceptor(connections);
-    let mut server = axum_server::bind(options.listen)
+    let mut server = axum_server::bind(options.flags.listen)
         .acceptor(acceptor)
         .handle(handle.clone())
         .first_request_timeout(options.header_timeout);
     let builder = server.http_builder();
     builder
         .http1()
-        .header_read_timeout(Some(options.idle_timeout.max(options.header_timeout)))
+        .header_read_timeout(Some(options.flags.idle_timeout.max(options.header_timeout)))
         .max_buf_size(limits::HTTP1_READ_BUFFER)
         .keep_alive(true);
     // HTTP/2 (the apiserver's choice): what a client may make the server buffer before the handler reads.
@@ -318,7 +358,7 @@ pub async fn start(
             Err(e) => std::io::Error::other(e),
         };
         return Err(ServeError::Bind {
-            addr: options.listen,
+            addr: options.flags.listen,
             source,
         });
     };
@@ -337,8 +377,8 @@ pub async fn start(
         rustls_config,
         options.tls.clone(),
         material.fingerprint(),
-        options.config_path.clone(),
-        options.reload_interval,
+        options.flags.config_path.clone(),
+        options.flags.reload_interval,
         options.fit.clone(),
     ));
     Ok(Running {
@@ -347,8 +387,8 @@ pub async fn start(
         handle,
         server,
         reloader,
-        drain_delay: options.drain_delay,
-        shutdown_grace: options.shutdown_grace,
+        drain_delay: options.flags.drain_delay,
+        shutdown_grace: options.flags.shutdown_grace,
     })
 }
 
@@ -795,10 +835,32 @@ async fn answer(state: &AppState, entry: Entry, request: Request) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::webhook::limits::DEFAULT_MEMORY_BUDGET;
 
     #[test]
     fn durations_parse_like_the_apiserver_writes_them() {
         assert_eq!(parse_duration("10s"), Some(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn flag_defaults_are_the_library_defaults() {
+        let flags = ServeFlags::default();
+        assert_eq!(flags.listen, "0.0.0.0:8443".parse().unwrap());
+        assert_eq!(flags.memory_budget, DEFAULT_MEMORY_BUDGET);
+        assert_eq!(flags.body_limit, DEFAULT_BODY_LIMIT);
+        // Above the apiserver's 90 s idle timeout, and the apiserver's own request timeout bound.
+        assert!(flags.idle_timeout > Duration::from_secs(90));
+        assert_eq!(flags.request_timeout, Duration::from_secs(10));
+        let options = ServeOptions::new(
+            "127.0.0.1:1".parse().unwrap(),
+            TlsSource::Fixed(TlsMaterial {
+                cert_pem: vec![],
+                key_pem: vec![],
+                client_ca_pem: None,
+            }),
+        );
+        assert_eq!(options.header_timeout, flags.handshake_timeout);
+        assert_eq!(options.flags.shutdown_grace, flags.shutdown_grace);
         assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
         assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
         assert_eq!(parse_duration("3"), Some(Duration::from_secs(3)));
