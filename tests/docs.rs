@@ -788,10 +788,10 @@ fn every_denial_message_is_documented_exactly() {
         "docs/annotations.md lacks {missing:?}"
     );
     let not_a_pod = review(Some(json!({"spec": "x"})));
-    let prefix = not_a_pod.split(": invalid type").next().unwrap();
+    let prefix = not_a_pod.split(": spec: invalid type").next().unwrap();
     assert!(
-        text.contains(&format!("{prefix}: <parse error>")),
-        "docs/annotations.md lacks {prefix:?}: <parse error> (from {not_a_pod:?})"
+        text.contains(&format!("{prefix}: <field>: <parse error>")),
+        "docs/annotations.md lacks {prefix:?}: <field>: <parse error> (from {not_a_pod:?})"
     );
     covered.insert(Reason::InvalidObject.code());
     // The webhook's refusal of a Pod whose opted-in namespace it cannot read (src/webhook/server.rs).

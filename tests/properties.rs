@@ -507,6 +507,23 @@ fn review_reads_only_what_it_needs_whatever_the_order() {
     let text = String::from_utf8_lossy(&bytes);
     assert!(text.contains("not a valid v1 Pod"), "{text}");
     assert!(text.contains("volumeMounts"), "{text}");
+    // An object whose read fields are not of the Pod's shape: denied in a Pod CREATE, not read in anything else.
+    let odd = serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": "not a list"}});
+    let (bytes, summary) = review(
+        review_body(&odd, "shop", "CREATE", true).as_bytes(),
+        &config,
+        &lookup,
+    )
+    .unwrap();
+    assert_eq!(summary.reason, Reason::InvalidObject);
+    assert!(String::from_utf8_lossy(&bytes).contains("containers"));
+    let (_, summary) = review(
+        review_body(&odd, "shop", "UPDATE", true).as_bytes(),
+        &config,
+        &lookup,
+    )
+    .unwrap();
+    assert_eq!(summary.reason, Reason::NotAPodCreate);
     // Duplicate keys are refused wherever they stand, not resolved by position.
     let body = review_body(&pod, "shop", "CREATE", false).replacen(
         r#""namespace":"shop""#,

@@ -1,19 +1,19 @@
 //! `admission.k8s.io/v1` AdmissionReview in, AdmissionReview out: decoding, the core, encoding. No I/O, so the
 //! webhook handler, the benchmarks and the tests all run exactly this.
 //!
-//! One parse path: the envelope is derived with borrowed strings and the object kept as a slice of the body
-//! (`RawValue`), so the answer never depends on the order of the request's keys; the object of a Pod CREATE is
-//! then read as the core's [`PodView`](crate::core::PodView), and the object of any other request is never
-//! parsed.
+//! One parse path: the envelope is derived with borrowed strings and the object read as the core's
+//! [`PodView`](crate::core::PodView) in the same pass, so the answer never depends on the order of the
+//! request's keys and the object is scanned once (see [`review`]).
 
 use std::collections::BTreeMap;
 
 use base64::Engine;
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::config::Config;
-use crate::core::{Denial, NamespaceInfo, Outcome, Reason, inject_json};
+use crate::core::{Denial, NamespaceInfo, Outcome, PodView, Reason, inject_json, inject_view};
 
 /// The only AdmissionReview version pdp-injector speaks (the MutatingWebhookConfiguration asks for it alone).
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -58,7 +58,7 @@ fn none<T>() -> Option<T> {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RequestIn<'a> {
+struct RequestIn<'a, O> {
     #[serde(default)]
     uid: String,
     #[serde(borrow, default)]
@@ -75,11 +75,11 @@ struct RequestIn<'a> {
     operation: Option<String>,
     #[serde(default)]
     dry_run: Option<bool>,
-    #[serde(borrow, default)]
-    object: Option<&'a RawValue>,
+    #[serde(default = "none")]
+    object: Option<O>,
 }
 
-impl RequestIn<'_> {
+impl<O> RequestIn<'_, O> {
     fn head(&self) -> RequestHead<'_> {
         RequestHead {
             uid: &self.uid,
@@ -193,12 +193,12 @@ const NOT_A_POD_CREATE: Outcome = Outcome::Skipped {
     warnings: vec![],
 };
 
-/// Decodes the envelope: the request's fields, with the object as an unparsed slice of the body.
-fn decode(body: &[u8]) -> Result<RequestIn<'_>, ReviewError> {
+/// Decodes the envelope with the object as `O`: the core's view of a Pod, a slice of the body, or nothing.
+fn decode<'a, O: Deserialize<'a>>(body: &'a [u8]) -> Result<RequestIn<'a, O>, ReviewError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ReviewError::Empty);
     }
-    let input: ReviewIn<'_, RequestIn<'_>> =
+    let input: ReviewIn<'_, RequestIn<'_, O>> =
         serde_json::from_slice(body).map_err(|e| ReviewError::Malformed(e.to_string()))?;
     let request = checked(input)?;
     if request.uid.is_empty() {
@@ -207,7 +207,7 @@ fn decode(body: &[u8]) -> Result<RequestIn<'_>, ReviewError> {
     Ok(request)
 }
 
-impl RequestIn<'_> {
+impl<O> RequestIn<'_, O> {
     fn is_pod_create(&self) -> bool {
         self.kind.as_ref().is_some_and(Gvk::is_pod)
             && self.resource.as_ref().is_none_or(|r| r.resource == "pods")
@@ -216,27 +216,44 @@ impl RequestIn<'_> {
     }
 }
 
+fn no_object() -> Outcome {
+    Outcome::Denied(Denial {
+        reason: Reason::InvalidObject,
+        message: "the request carries no object".into(),
+    })
+}
+
 /// Answers one AdmissionReview body. `namespace` turns a namespace name into what the core needs to know of it.
 ///
-/// The envelope is decoded with the object as a slice of the body; the object of a Pod CREATE is then read by
-/// the core's [`PodView`](crate::core::PodView), which skips what the core does not read.
+/// One pass: the envelope and, whatever the request, its object as the core's [`PodView`] (a few fields; the
+/// rest of the object is skipped without allocating, and `oldObject` entirely), so the order of the keys never
+/// matters. Only when that pass fails is the body decoded again, with the object as an unparsed slice, to tell
+/// a request that is not a Pod CREATE (answered as usual) from a Pod whose fields are not of the Pod's shape
+/// (denied with the parser's message); both passes read the object with the same type.
 pub fn review(
     body: &[u8],
     config: &Config,
     namespace: &dyn Fn(&str) -> NamespaceInfo,
 ) -> Result<(Vec<u8>, ReviewSummary), ReviewError> {
-    let request = decode(body)?;
-    let head = request.head();
-    let outcome = if !request.is_pod_create() {
-        NOT_A_POD_CREATE
-    } else {
-        match request.object {
-            Some(raw) => inject_json(raw.get(), &namespace(&head.namespace), config),
-            None => Outcome::Denied(Denial {
-                reason: Reason::InvalidObject,
-                message: "the request carries no object".into(),
-            }),
+    let request = match decode::<PodView<'_>>(body) {
+        Ok(request) => request,
+        Err(ReviewError::Malformed(_)) => {
+            let request = decode::<&RawValue>(body)?;
+            let head = request.head();
+            let outcome = match request.object {
+                _ if !request.is_pod_create() => NOT_A_POD_CREATE,
+                Some(raw) => inject_json(raw.get(), &namespace(&head.namespace), config),
+                None => no_object(),
+            };
+            return Ok(respond(&head, &outcome));
         }
+        Err(e) => return Err(e),
+    };
+    let head = request.head();
+    let outcome = match &request.object {
+        _ if !request.is_pod_create() => NOT_A_POD_CREATE,
+        Some(pod) => inject_view(pod, &namespace(&head.namespace), config),
+        None => no_object(),
     };
     Ok(respond(&head, &outcome))
 }
@@ -250,7 +267,7 @@ pub fn refuse(
     namespace: &dyn Fn(&str) -> NamespaceInfo,
     denial: Denial,
 ) -> Result<(Vec<u8>, ReviewSummary), ReviewError> {
-    let request = decode(body)?;
+    let request = decode::<IgnoredAny>(body)?;
     if !request.is_pod_create() {
         return review(body, config, namespace);
     }

@@ -98,6 +98,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for StrMap<'a> {
 
 /// What the core reads of a Pod.
 #[derive(Debug, Default, Deserialize)]
+#[serde(expecting = "a Pod")]
 pub struct PodView<'a> {
     /// `metadata`; `None` when absent (a Pod template may have none).
     #[serde(borrow, default)]
@@ -109,6 +110,7 @@ pub struct PodView<'a> {
 
 /// What the core reads of `metadata`.
 #[derive(Debug, Default, Deserialize)]
+#[serde(expecting = "object metadata")]
 pub struct MetaView<'a> {
     /// `annotations`, whole: rendering adds to them and must know whether the map exists.
     #[serde(borrow, default)]
@@ -121,6 +123,7 @@ pub struct MetaView<'a> {
 /// What the core reads of `spec`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a Pod spec")]
 pub struct SpecView<'a> {
     /// `containers` (a `null` list counts as empty, as for the typed Pod).
     #[serde(borrow, default)]
@@ -139,6 +142,7 @@ pub struct SpecView<'a> {
 /// What the core reads of a container.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a container")]
 pub struct ContainerView<'a> {
     /// `name`.
     #[serde(borrow, default)]
@@ -154,6 +158,7 @@ pub struct ContainerView<'a> {
 /// What rendering compares of an environment variable: its name and where its value comes from.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "an environment variable")]
 pub struct EnvEntry<'a> {
     /// `name`.
     #[serde(borrow, default)]
@@ -169,6 +174,7 @@ pub struct EnvEntry<'a> {
 /// `valueFrom` of an environment variable.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "an env valueFrom")]
 pub struct ValueFromEntry<'a> {
     /// `fieldRef`.
     #[serde(borrow, default)]
@@ -178,6 +184,7 @@ pub struct ValueFromEntry<'a> {
 /// `valueFrom.fieldRef`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a fieldRef")]
 pub struct FieldRefEntry<'a> {
     /// `fieldPath`.
     #[serde(borrow, default)]
@@ -187,6 +194,7 @@ pub struct FieldRefEntry<'a> {
 /// What rendering compares of a volume mount.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a volume mount")]
 pub struct MountEntry<'a> {
     /// `name`.
     #[serde(borrow, default)]
@@ -207,9 +215,10 @@ pub struct VolumeEntry<'a> {
 
 impl<'a> PodView<'a> {
     /// Parses the view from a Pod's JSON. Fails on JSON that is not an object of the Pod's shape in the fields
-    /// read; fields that are not read are only checked to be JSON.
-    pub fn parse(json: &'a str) -> Result<PodView<'a>, serde_json::Error> {
-        serde_json::from_str(json)
+    /// read, saying where (`spec.containers[0].name: invalid type ...`); fields that are not read are only
+    /// checked to be JSON.
+    pub fn parse(json: &'a str) -> Result<PodView<'a>, String> {
+        serde_json::from_str(json).map_err(|e| where_wrong(json, e))
     }
 
     /// The value of annotation `key`.
@@ -236,6 +245,18 @@ impl<'a> PodView<'a> {
             .as_ref()
             .and_then(|s| s.init_containers.as_deref())
             .unwrap_or_default()
+    }
+}
+
+/// The parser's message with the path of the field it stopped at: found again by a second parse that tracks
+/// the path, so the successful parse pays nothing for it.
+fn where_wrong(json: &str, error: serde_json::Error) -> String {
+    let mut de = serde_json::Deserializer::from_str(json);
+    match serde_path_to_error::deserialize::<_, PodView<'_>>(&mut de) {
+        Err(e) if !e.path().to_string().is_empty() && e.path().to_string() != "." => {
+            format!("{}: {}", e.path(), e.inner())
+        }
+        _ => error.to_string(),
     }
 }
 
