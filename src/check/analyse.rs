@@ -76,8 +76,8 @@ pub enum LiveProbe {
     Verified {
         /// `host:port` dialled.
         endpoint: String,
-        /// Expiry of the presented leaf, Unix seconds.
-        not_after: Option<i64>,
+        /// Validity of the presented leaf.
+        validity: Option<certs::Validity>,
     },
     /// Connected, but the presented certificate is not trusted by the `caBundle` for that name.
     Untrusted {
@@ -133,10 +133,11 @@ pub struct ClusterView {
 }
 
 const DAY: i64 = 86_400;
-/// Below this, a serving certificate that has not been renewed is an error (renewal starts at 30 days left).
-const EXPIRY_ERROR_DAYS: i64 = 7;
-/// Below this, a warning: both cert-manager and self-managed certificates should have been renewed by then.
-const EXPIRY_WARNING_DAYS: i64 = 21;
+/// A certificate is renewed when a third of its life is left (cert-manager's default; self-managed: a third,
+/// or 30 days); with less than this left, renewal is late: a warning at a quarter of its life (at most 21 days),
+/// an error at a tenth (at most 7 days). Relative, so short-lived certificates are judged fairly too.
+const EXPIRY_WARNING: (i64, i64) = (4, 21 * DAY);
+const EXPIRY_ERROR: (i64, i64) = (10, 7 * DAY);
 
 fn labels_of(ns: &Namespace) -> BTreeMap<String, String> {
     let mut labels = ns.metadata.labels.clone().unwrap_or_default();
@@ -191,15 +192,17 @@ fn days(seconds: i64) -> String {
     }
 }
 
-fn expiry_finding(what: &str, not_after: i64, now: i64) -> Finding {
+fn expiry_finding(what: &str, (not_before, not_after): certs::Validity, now: i64) -> Finding {
     let left = not_after - now;
+    let life = (not_after - not_before).max(1);
+    let late = |(part, cap): (i64, i64)| left < (life / part).min(cap);
     let date = time::OffsetDateTime::from_unix_timestamp(not_after)
         .map(|t| t.date().to_string())
         .unwrap_or_default();
     let message = format!("{} ({date})", days(left));
-    let severity = if left < EXPIRY_ERROR_DAYS * DAY {
+    let severity = if left < 0 || now < not_before || late(EXPIRY_ERROR) {
         Severity::Error
-    } else if left < EXPIRY_WARNING_DAYS * DAY {
+    } else if late(EXPIRY_WARNING) {
         Severity::Warning
     } else {
         Severity::Ok
@@ -482,32 +485,32 @@ fn certificates(
                     ),
                 }
             }
-            match crate::tls::not_after(pem) {
-                Ok(t) => install.push(expiry_finding(
+            match certs::validity(pem) {
+                Ok(v) => install.push(expiry_finding(
                     &format!("{secret} certificate"),
-                    t,
+                    v,
                     view.now,
                 )),
                 Err(e) => install.push(Finding::new(
                     Severity::Error,
                     "serving_cert_invalid",
                     &secret,
-                    e.to_string(),
+                    e,
                 )),
             }
         }
     }
     match &view.live {
         None => {}
-        Some(LiveProbe::Verified { endpoint, not_after }) => {
+        Some(LiveProbe::Verified { endpoint, validity }) => {
             install.push(Finding::new(
                 Severity::Ok,
                 "endpoint_trusted",
                 format!("endpoint {endpoint}"),
                 "presents a certificate the caBundle verifies",
             ));
-            if let Some(t) = not_after {
-                install.push(expiry_finding(&format!("endpoint {endpoint} certificate"), *t, view.now));
+            if let Some(v) = validity {
+                install.push(expiry_finding(&format!("endpoint {endpoint} certificate"), *v, view.now));
             }
         }
         Some(LiveProbe::Untrusted { endpoint, error }) => install.push(
@@ -1289,11 +1292,30 @@ mod tests {
                 .message
                 .contains("pdp-injector.pdp-system.svc")
         );
-        assert_eq!(find(&r, "certificate_expiry").severity, Severity::Warning);
-        v.now += 5 * DAY;
+        // A 10-day certificate: in order with 10 days left, late below a quarter, an error below a tenth.
+        assert_eq!(find(&r, "certificate_expiry").severity, Severity::Ok);
+        v.now += 8 * DAY;
+        assert_eq!(
+            find(&analyse(&v), "certificate_expiry").severity,
+            Severity::Warning
+        );
+        v.now += DAY + DAY / 2;
         assert_eq!(
             find(&analyse(&v), "certificate_expiry").severity,
             Severity::Error
+        );
+        v.now += DAY;
+        assert!(
+            find(&analyse(&v), "certificate_expiry")
+                .message
+                .starts_with("expired")
+        );
+        // A 90-day certificate with 20 days left: late (renewal at 30), a warning.
+        let mut w = in_order();
+        w.now += 70 * DAY;
+        assert_eq!(
+            find(&analyse(&w), "certificate_expiry").severity,
+            Severity::Warning
         );
         v.live = Some(LiveProbe::Untrusted {
             endpoint: "a:443".into(),

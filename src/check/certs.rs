@@ -66,11 +66,25 @@ pub fn verify_der(
         .map_err(|e| e.to_string())
 }
 
-/// Expiry of a DER certificate, in Unix seconds.
-pub fn not_after_der(der: &CertificateDer<'_>) -> Result<i64, String> {
+/// Validity of a certificate: (not before, not after), Unix seconds.
+pub type Validity = (i64, i64);
+
+/// Validity of a DER certificate.
+pub fn validity_der(der: &CertificateDer<'_>) -> Result<Validity, String> {
     x509_parser::parse_x509_certificate(der)
-        .map(|(_, c)| c.validity().not_after.timestamp())
+        .map(|(_, c)| {
+            (
+                c.validity().not_before.timestamp(),
+                c.validity().not_after.timestamp(),
+            )
+        })
         .map_err(|e| e.to_string())
+}
+
+/// Validity of the first certificate of a PEM chain.
+pub fn validity(pem: &[u8]) -> Result<Validity, String> {
+    let der = CertificateDer::from_pem_slice(pem).map_err(|_| "no PEM certificate".to_string())?;
+    validity_der(&der)
 }
 
 #[cfg(test)]
@@ -123,8 +137,9 @@ mod tests {
             )
             .is_err()
         );
-        let der = CertificateDer::from_pem_slice(a.cert_pem.as_bytes()).unwrap();
-        let left = not_after_der(&der).unwrap() - now();
+        let (from, to) = validity(a.cert_pem.as_bytes()).unwrap();
+        assert!((from - now()).abs() < 3600, "{from}");
+        let left = to - now();
         assert!((9 * 86400..=11 * 86400).contains(&left), "{left}");
     }
 

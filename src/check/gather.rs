@@ -269,12 +269,12 @@ pub fn probe(
             });
         }
     }
-    let not_after = conn
+    let validity = conn
         .peer_certificates()
         .and_then(|c| c.first())
-        .and_then(|leaf| certs::not_after_der(leaf).ok());
+        .and_then(|leaf| certs::validity_der(leaf).ok());
     Some(LiveProbe::Verified {
         endpoint: dial.to_string(),
-        not_after,
+        validity,
     })
 }
