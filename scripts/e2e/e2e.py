@@ -1085,7 +1085,6 @@ def _(h):
         check(f["subject"] == f"node {node}" and f["pods"] == [f"{ns}/app"], f"finding {f}")
         check("cerbos-pdp" in f["message"], f"message {f['message']!r}")
         # The PDP DaemonSet gone: every daemonset-wired Pod lacks its PDP.
-        h.kubectl("-n", "pdp-node", "get", "daemonset", "cerbos-pdp", "-o", "json")
         ds = h.get("daemonset", "cerbos-pdp", "pdp-node")
         h.kubectl("-n", "pdp-node", "delete", "daemonset", "cerbos-pdp")
         try:
