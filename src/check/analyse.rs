@@ -706,6 +706,17 @@ fn namespaces_section(
             );
         }
     }
+    if let Some(scope) = &view.scope
+        && view.namespaces.is_ok()
+        && !all.iter().any(|n| n.metadata.name.as_ref() == Some(scope))
+    {
+        section.push(Finding::new(
+            Severity::Warning,
+            "namespace_not_found",
+            format!("namespace {scope}"),
+            "does not exist: nothing to check in it",
+        ));
+    }
     section.summary = format!("{opted_in} opted in, {opted_out} opted out");
 }
 
@@ -1523,6 +1534,16 @@ mod tests {
         assert!(find(&r, "config_loaded").message.contains(&hash));
         // Pods wired on a native-sidecar config are stale against it.
         assert_eq!(find(&r, "stale_config").pods.len(), 2);
+    }
+
+    #[test]
+    fn a_namespace_in_scope_that_does_not_exist_is_said() {
+        let mut v = in_order();
+        v.scope = Some("shpo".into());
+        let r = analyse(&v);
+        assert_eq!(find(&r, "namespace_not_found").subject, "namespace shpo");
+        v.scope = Some("shop".into());
+        assert!(analyse(&v).ok);
     }
 
     #[test]
