@@ -9,9 +9,11 @@
 //! - [`tls`]: certificates and the rustls serving configuration;
 //! - [`cluster`]: what is kept in step with the cluster (namespaces, self-managed certificates);
 //! - [`webhook`]: the HTTPS server;
-//! - [`offline`]: the `inject` command.
+//! - [`offline`]: the `inject` command;
+//! - [`check`]: the `check` command (reads the cluster, judges Pods with the core).
 
 pub mod admission;
+pub mod check;
 pub mod cluster;
 pub mod config;
 pub mod core;

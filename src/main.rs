@@ -36,6 +36,10 @@ enum Command {
     Inject(InjectArgs),
     /// Generate a CA and a serving certificate for the webhook Service.
     Certs(CertsArgs),
+    /// Report whether the cluster is wired as the config says: install, nodes, namespaces, Pods (read-only).
+    ///
+    /// Exit status: 0 nothing needs action, 1 something needs action, 2 the check could not run.
+    Check(CheckArgs),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -360,10 +364,143 @@ fn run_inject(args: InjectArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OutputFormat {
+    /// Sections and one line per finding (colour on a terminal only).
+    Text,
+    /// The whole report as JSON, for scripts.
+    Json,
+}
+
+fn pdp_daemonset(s: &str) -> Result<(String, String, String), String> {
+    let bad = || {
+        format!(
+            "invalid value {s:?}: expected PROFILE=NAMESPACE/NAME, e.g. cerbos=pdp-node/cerbos-pdp"
+        )
+    };
+    let (profile, rest) = s.split_once('=').ok_or_else(bad)?;
+    let (ns, name) = rest.split_once('/').ok_or_else(bad)?;
+    if [profile, ns, name].iter().any(|p| p.is_empty()) {
+        return Err(bad());
+    }
+    Ok((profile.into(), ns.into(), name.into()))
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// Namespace whose namespace and Pods are checked (default: the kubeconfig context's namespace).
+    #[arg(short = 'n', long, conflicts_with = "all_namespaces")]
+    namespace: Option<String>,
+    /// Check the namespaces and Pods of every namespace.
+    #[arg(short = 'A', long)]
+    all_namespaces: bool,
+    /// Judge Pods by this config file instead of the installed ConfigMap (e.g. before applying a change).
+    #[arg(long, env = "PDP_INJECTOR_CONFIG")]
+    config: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    output: OutputFormat,
+    /// Namespace of the webhook (its Deployment, Secret and ConfigMap).
+    #[arg(long, default_value = "pdp-system")]
+    webhook_namespace: String,
+    /// The MutatingWebhookConfiguration.
+    #[arg(long, default_value = "pdp-injector")]
+    webhook_config: String,
+    /// The webhook Deployment.
+    #[arg(long, default_value = "pdp-injector")]
+    deployment: String,
+    /// The Secret with the serving certificate (tls.crt).
+    #[arg(long, default_value = "pdp-injector-tls")]
+    secret: String,
+    /// The ConfigMap with config.yaml.
+    #[arg(long, default_value = "pdp-injector-config")]
+    config_map: String,
+    /// The node-local PDP DaemonSet of a profile, when it is not PROFILE-pdp labelled
+    /// app.kubernetes.io/component=pdp (repeatable): PROFILE=NAMESPACE/NAME.
+    #[arg(long = "pdp-daemonset", value_parser = pdp_daemonset)]
+    pdp_daemonsets: Vec<(String, String, String)>,
+    /// Bound on connecting to the webhook's live endpoint.
+    #[arg(long, default_value = "3s", value_parser = duration)]
+    probe_timeout: Duration,
+}
+
+/// Runs `check`; `Err` means it could not check (exit status 2).
+fn run_check(args: CheckArgs) -> anyhow::Result<u8> {
+    use pdp_injector::check::{analyse, gather};
+    let config = match &args.config {
+        Some(path) => Some((path.display().to_string(), Config::load(path)?)),
+        None => None,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let report = runtime.block_on(async {
+        let client = kube::Client::try_default().await.map_err(|e| {
+            anyhow::anyhow!(
+                "no cluster to check (kubeconfig as kubectl finds it, or in-cluster): {e}"
+            )
+        })?;
+        client
+            .apiserver_version()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot reach the apiserver: {e}"))?;
+        let scope = if args.all_namespaces {
+            None
+        } else {
+            Some(
+                args.namespace
+                    .clone()
+                    .unwrap_or_else(|| client.default_namespace().to_string()),
+            )
+        };
+        let names = analyse::Names {
+            namespace: args.webhook_namespace,
+            webhook_config: args.webhook_config,
+            deployment: args.deployment,
+            secret: args.secret,
+            config_map: args.config_map,
+            pdp_daemonsets: args
+                .pdp_daemonsets
+                .into_iter()
+                .map(|(p, ns, name)| (p, (ns, name)))
+                .collect(),
+        };
+        let options = gather::Options {
+            names,
+            scope,
+            config,
+            probe_timeout: args.probe_timeout,
+        };
+        let view = gather::gather(&client, options).await;
+        anyhow::Ok(analyse::analyse(&view))
+    })?;
+    let text = match args.output {
+        OutputFormat::Json => report.to_json() + "\n",
+        OutputFormat::Text => {
+            let colour = std::io::IsTerminal::is_terminal(&std::io::stdout())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            report.to_text(colour)
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    Ok(report.exit_code())
+}
+
 fn main() -> ExitCode {
     tls::install_default_provider();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Check(args) => {
+            return match run_check(args) {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(pdp_injector::check::report::EXIT_CANNOT_CHECK)
+                }
+            };
+        }
         Command::Serve(args) => run_serve(*args),
         Command::Inject(args) => run_inject(args),
         Command::Certs(args) => run_certs(args),

@@ -1264,22 +1264,39 @@ fn config_hashes_query_runs() {
 }
 
 #[test]
-fn uninjected_pods_query_runs() {
-    if !have("jq") {
-        eprintln!("SKIPPED: docs/snippets/uninjected-pods.sh needs jq");
-        return;
+fn check_codes_are_documented() {
+    // Every code `pdp-injector check` can print is in docs/operations.md's table, and the jq query it replaced
+    // is gone for good.
+    let ops = read("docs/operations.md");
+    let section = &ops[ops
+        .find("## Checking the cluster: `pdp-injector check`")
+        .expect("docs/operations.md documents check")..];
+    for drift in pdp_injector::check::pods::Drift::ALL {
+        assert!(
+            section.contains(&format!("`{}`", drift.code())),
+            "docs/operations.md does not document the check code {}",
+            drift.code()
+        );
     }
-    let pod = |name: &str, annotations: Value, labels: Value| json!({"metadata": {"namespace": "shop", "name": name, "annotations": annotations, "labels": labels}});
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": [
-        pod("by-annotation", json!({"pdp-injector.io/inject": "daemonset"}), json!({})),
-        pod("injected", json!({"pdp-injector.io/inject": "daemonset", "pdp-injector.io/status": "{}"}), json!({})),
-        pod("by-label", json!({}), json!({"pdp-injector.io/inject": "sidecar"})),
-        pod("opted-out", json!({"pdp-injector.io/inject": "disabled"}), json!({})),
-        pod("unrelated", json!({}), json!({})),
-    ]});
-    assert_eq!(
-        run_with_pods("docs/snippets/uninjected-pods.sh", &list),
-        "shop/by-annotation\nshop/by-label\n"
+    let src = read("src/check/analyse.rs");
+    for (at, _) in src.match_indices("Finding::new(") {
+        // The code is the second argument: skip calls whose code is computed (the Pod drifts, checked above).
+        let args: Vec<&str> = src[at + "Finding::new(".len()..].splitn(3, ',').collect();
+        let Some(code) = args.get(1).map(|a| a.trim()) else {
+            continue;
+        };
+        let Some(code) = code.strip_prefix('"').and_then(|c| c.strip_suffix('"')) else {
+            continue;
+        };
+        assert!(
+            section.contains(&format!("`{code}`")),
+            "docs/operations.md does not document the check code {code}"
+        );
+    }
+    assert!(!root().join("docs/snippets/uninjected-pods.sh").exists());
+    assert!(
+        read("README.md").contains("check -A"),
+        "the README shows check after install"
     );
 }
 

@@ -17,6 +17,12 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["names", "config", "core", "admission", "tls", "cluster"],
     ),
     ("offline", &["names", "config", "core"]),
+    // Reads the cluster, so not in the core; judges Pods with the core and adapts the config exactly as the
+    // webhook does (webhook::server::ClusterFit), so the hashes it compares are the ones the webhook writes.
+    (
+        "check",
+        &["names", "config", "core", "tls", "cluster", "webhook"],
+    ),
 ];
 
 /// What the pure layers may not name: I/O, the runtime, the server stack, the Kubernetes client.

@@ -99,6 +99,34 @@ fn rbac_is_least_privilege() {
 }
 
 #[test]
+fn check_role_reads_only() {
+    // `pdp-injector check` needs list/get and nothing else; no binding is shipped (users bind it), and the
+    // webhook's Secret and ConfigMap are readable only by name, in pdp-system.
+    let check = docs("manifests/base/rbac-check.yaml");
+    assert_eq!(check.len(), 2);
+    for doc in &check {
+        assert!(!doc["kind"].as_str().unwrap().ends_with("Binding"), "{doc}");
+        assert!(!doc.to_string().contains("\"*\""), "wildcard in {doc}");
+        for rule in doc["rules"].as_array().unwrap() {
+            for verb in rule["verbs"].as_array().unwrap() {
+                assert!(verb == "get" || verb == "list", "{verb} in {rule}");
+            }
+            let resources = rule["resources"].to_string();
+            if resources.contains("secrets") || resources.contains("configmaps") {
+                assert_eq!(doc["kind"], "Role", "{rule}");
+                assert_eq!(doc["metadata"]["namespace"], "pdp-system");
+                assert!(rule["resourceNames"].is_array(), "{rule}");
+            }
+        }
+    }
+    let kustomization = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/base/kustomization.yaml"),
+    )
+    .unwrap();
+    assert!(kustomization.contains("- rbac-check.yaml"));
+}
+
+#[test]
 fn webhook_registration_fails_closed_only_where_asked() {
     let doc = docs("manifests/base/mutatingwebhookconfiguration.yaml").remove(0);
     let hooks = doc["webhooks"].as_array().unwrap();

@@ -328,6 +328,44 @@ class Harness:
         self.start_webhook()
         self.start_adder()
         self.register_webhooks()
+        if not self.existing:
+            self.install_check_fixtures()
+
+    def install_check_fixtures(self):
+        """What an install has besides the webhook process, so that `pdp-injector check` finds it in order: the
+        serving certificate's Secret, the config's ConfigMap, the webhook Deployment (its status set through the
+        status subresource: no controller runs here) and the cerbos-pdp DaemonSet of manifests/components."""
+        certs = self.workdir / "webhook-certs"
+        self.kubectl("-n", "pdp-system", "create", "secret", "tls", "pdp-injector-tls",
+                     f"--cert={certs / 'tls.crt'}", f"--key={certs / 'tls.key'}")
+        self.kubectl("-n", "pdp-system", "create", "configmap", "pdp-injector-config",
+                     f"--from-file=config.yaml={self.config_path}")
+        labels = {"app.kubernetes.io/name": "pdp-injector"}
+        template = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "pdp-injector", "image": PAUSE}]}}
+        self.kubectl("apply", "-f", "-", input={
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "pdp-injector", "namespace": "pdp-system", "labels": labels},
+            "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": template}})
+        self.kubectl("-n", "pdp-system", "patch", "deployment", "pdp-injector", "--subresource=status",
+                     "--type=merge", "-p", json.dumps({"status": {"replicas": 2, "readyReplicas": 2}}))
+        self.kubectl("apply", "-f", "-", input={
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "pdp-node", "labels": {NAME_LABEL: "pdp-node"}}})
+        pdp = {"app.kubernetes.io/name": "cerbos-pdp", "app.kubernetes.io/component": "pdp"}
+        self.kubectl("apply", "-f", "-", input={
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "cerbos-pdp", "namespace": "pdp-node", "labels": pdp},
+            "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "cerbos-pdp"}},
+                     "template": {"metadata": {"labels": pdp},
+                                  "spec": {"containers": [{"name": "cerbos", "image": PAUSE}]}}}})
+
+    def check(self, namespace, *extra, kubeconfig=None):
+        """`pdp-injector check -n NAMESPACE -o json`: (exit status, report or None, stderr)."""
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig or self.kubeconfig), "NO_COLOR": "1"}
+        env.pop("PDP_INJECTOR_CONFIG", None)
+        p = run([self.bin, "check", "-n", namespace, "-o", "json", *extra], check_rc=False, env=env, timeout=120)
+        report = json.loads(p.stdout) if p.stdout.strip() else None
+        return p.returncode, report, p.stderr
 
     def start_local_cluster(self):
         w = self.workdir
@@ -870,6 +908,196 @@ def _(h):
     app = stored["spec"]["containers"][0]
     check(env_names(app).count("CERBOS_PDP_ADDR") == 1, f"app container env duplicated: {env_names(app)}")
     assert_contains(expected, stored, "stored Pod")
+
+
+# -- pdp-injector check ---------------------------------------------------------------------------------------------
+# Local mode only: the harness installs what `check` reads besides the webhook (Secret, ConfigMap, Deployment,
+# the PDP DaemonSet) in setup, so Install is in order and every finding comes from the case itself.
+
+
+def findings(report, severity=None):
+    return [f for s in report["sections"] for f in s["findings"] if severity is None or f["severity"] == severity]
+
+
+def codes(report, severity="error"):
+    return sorted({f["code"] for f in findings(report, severity)})
+
+
+def finding(report, code):
+    for f in findings(report):
+        if f["code"] == code:
+            return f
+    raise Fail(f"check reported no {code}: " + one_line(json.dumps(findings(report, "error")), 500))
+
+
+def needs_local(h):
+    if h.existing:
+        log("check cases need the local cluster (they install check's fixtures): skipped")
+        return True
+    return False
+
+
+def workload(h, ns, name="web", pods=("web-a", "web-b"), **pod_kw):
+    """Deployment `name` -> ReplicaSet `name-1` -> Pods, linked by owner references as the controllers would
+    (none runs here), so that check can resolve the Pods' workload."""
+    labels = {"app": name}
+    tmpl = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "app", "image": PAUSE}]}}
+    dep, _ = h.must_create({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
+                            "spec": {"replicas": len(pods), "selector": {"matchLabels": labels}, "template": tmpl}})
+    owner = lambda kind, o: [{"apiVersion": "apps/v1", "kind": kind, "name": o["metadata"]["name"],  # noqa: E731
+                              "uid": o["metadata"]["uid"], "controller": True}]
+    rs, _ = h.must_create({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                           "metadata": {"name": f"{name}-1", "namespace": ns, "ownerReferences": owner("Deployment", dep)},
+                           "spec": {"replicas": len(pods), "selector": {"matchLabels": labels}, "template": tmpl}})
+    for p in pods:
+        body = pod(p, ns, labels=labels, **pod_kw)
+        body["metadata"]["ownerReferences"] = owner("ReplicaSet", rs)
+        h.must_create(body)
+
+
+@case("check-in-order-reports-nothing")
+def _(h):
+    if needs_local(h):
+        return
+    ns = h.namespace("check-in-order", {NS_LABEL: "enabled", PSS_LABEL: "privileged"})
+    workload(h, ns)
+    h.must_create(pod("solo", ns, annotations={INJECT: "sidecar"}))
+    rc, report, err = h.check(ns)
+    check(rc == 0, f"exit {rc} on a cluster in order: errors {codes(report) if report else err}")
+    check(report["ok"] and not findings(report, "warning"),
+          f"warnings on a cluster in order: {one_line(json.dumps(findings(report, 'warning')))}")
+    for code in ["config_loaded", "webhook_registered", "serving_cert_trusted", "endpoint_trusted", "webhook_ready",
+                 "pdp_daemonset", "namespace_opted_in"]:
+        finding(report, code)
+    check("socket" in finding(report, "namespace_opted_in")["message"], "namespace line does not explain the socket")
+    pods_section = [s for s in report["sections"] if s["name"] == "pods"][0]
+    check(pods_section["summary"].startswith("3 Pods compared"), f"pods summary {pods_section['summary']!r}")
+    # The readable form: sections and a verdict, no colour when not on a terminal.
+    env = {**os.environ, "KUBECONFIG": str(h.kubeconfig)}
+    text = run([h.bin, "check", "-n", ns], check_rc=False, env=env, timeout=120)
+    check(text.returncode == 0 and "Install" in text.stdout and "in order:" in text.stdout
+          and "\x1b[" not in text.stdout, f"text report: {one_line(text.stdout[-300:])}")
+    # No cluster to check: exit status 2, not 1.
+    bogus = h.workdir / "nowhere.kubeconfig"
+    bogus.write_text(h.kubeconfig_text(free_port(), h.workdir / "pki/ca.crt", "x", "nobody"))
+    rc, _, err = h.check(ns, kubeconfig=bogus)
+    check(rc == 2 and "cannot reach the apiserver" in err, f"unreachable cluster: exit {rc}, {one_line(err)}")
+
+
+@case("check-pod-created-while-webhook-not-registered")
+def _(h):
+    if needs_local(h):
+        return
+    ns = h.namespace("check-unregistered")
+    h.kubectl("delete", "mutatingwebhookconfiguration", "pdp-injector")
+    try:
+        probe = pod("probe", ns, annotations={INJECT: "daemonset"})
+        h.wait_for("the apiserver to stop calling the webhook",
+                   lambda: status_of(h.create(probe, dry_run=True)[0]) is None, timeout=30)
+        h.must_create(pod("app", ns, annotations={INJECT: "daemonset"}))
+        rc, report, err = h.check(ns)
+        check(rc == 1, f"exit {rc}, expected 1: {one_line(err)}")
+        check("webhook_missing" in codes(report), f"errors {codes(report)}")
+        f = finding(report, "not_wired")
+        check(f["subject"] == f"Pod {ns}/app" and f["pods"] == [f"{ns}/app"], f"finding {f}")
+    finally:
+        h.register_webhooks()
+    rc, report, _ = h.check(ns)
+    check(codes(report) == ["not_wired"], f"after re-registering: errors {codes(report)}")
+    check("kubectl delete pod app" in finding(report, "not_wired")["fix"], "no fix for a bare Pod")
+
+
+@case("check-namespace-labelled-after-its-pods")
+def _(h):
+    if needs_local(h):
+        return
+    ns = h.namespace("check-late-label")
+    workload(h, ns, pods=("web-a",))
+    check(status_of(h.get("pod", "web-a", ns)) is None, "injected before the namespace opted in")
+    rc, report, _ = h.check(ns)
+    check(rc == 0, f"exit {rc} before the label: {codes(report)}")
+    h.kubectl("label", "namespace", ns, f"{NS_LABEL}=enabled")
+    rc, report, _ = h.check(ns)
+    check(rc == 1 and codes(report) == ["not_wired"], f"exit {rc}, errors {codes(report)}")
+    f = finding(report, "not_wired")
+    check(f["subject"] == f"Deployment {ns}/web", f"not grouped by its Deployment: {f['subject']}")
+    check(f["fix"] == f"kubectl rollout restart deployment/web -n {ns}", f"fix {f['fix']!r}")
+
+
+@case("check-config-change-makes-pods-stale")
+def _(h):
+    if needs_local(h):
+        return
+    ns = h.namespace("check-stale", {NS_LABEL: "enabled"})
+    workload(h, ns)
+    rc, report, _ = h.check(ns)
+    check(rc == 0, f"exit {rc} with the installed config: {codes(report)}")
+    cfg = yaml.safe_load(h.config_path.read_text())
+    cfg["profiles"]["cerbos"]["image"] = "ghcr.io/cerbos/cerbos:0.99.0"
+    changed = h.workdir / "config-changed.yaml"
+    changed.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    rc, report, _ = h.check(ns, "--config", str(changed))
+    check(rc == 1 and codes(report) == ["stale_config"], f"exit {rc}, errors {codes(report)}")
+    f = finding(report, "stale_config")
+    check(sorted(f["pods"]) == [f"{ns}/web-a", f"{ns}/web-b"], f"pods {f['pods']}")
+    check(f["fix"] == f"kubectl rollout restart deployment/web -n {ns}", f"fix {f['fix']!r}")
+    # A config that does not load: exit 2, before anything is read.
+    bad = h.workdir / "config-bad.yaml"
+    bad.write_text("defaultMode: sometimes\n")
+    rc, _, err = h.check(ns, "--config", str(bad))
+    check(rc == 2 and "defaultMode" in err, f"bad --config: exit {rc}, {one_line(err)}")
+
+
+@case("check-opted-out-after-wiring")
+def _(h):
+    if needs_local(h):
+        return
+    ns = h.namespace("check-opt-out", {NS_LABEL: "enabled"})
+    h.must_create(pod("app", ns))
+    h.must_create(pod("annotated", ns, annotations={INJECT: "daemonset"}))
+    check(status_of(h.get("pod", "app", ns)), "not injected in an opted-in namespace")
+    # A Pod's annotations may change after creation (its spec may not): opted out, still wired.
+    h.kubectl("annotate", "pod", "-n", ns, "annotated", f"{INJECT}=disabled", "--overwrite")
+    rc, report, _ = h.check(ns)
+    f = finding(report, "not_wanted")
+    check(rc == 1 and f["pods"] == [f"{ns}/annotated"] and "opted_out" in f["message"], f"finding {f}")
+    h.kubectl("label", "namespace", ns, f"{NS_LABEL}=disabled", "--overwrite")
+    rc, report, _ = h.check(ns)
+    wanted = [f for f in findings(report, "error") if f["code"] == "not_wanted"]
+    check(len(wanted) == 2 and any("namespace_opted_out" in f["message"] for f in wanted),
+          f"after the namespace opted out: {one_line(json.dumps(wanted))}")
+    check(finding(report, "namespace_opted_out")["severity"] == "info", "namespace not listed as opted out")
+
+
+@case("check-node-without-pdp")
+def _(h):
+    if needs_local(h):
+        return
+    ns = h.namespace("check-node", {NS_LABEL: "daemonset"})
+    node = f"e2e-node-{secrets.token_hex(2)}"
+    # No kubelet runs here: a Node object is all the API needs, and no DaemonSet controller gives it a PDP.
+    h.must_create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+    try:
+        h.must_create(pod("app", ns, nodeName=node))
+        rc, report, _ = h.check(ns)
+        check(rc == 1, f"exit {rc}, expected 1")
+        f = finding(report, "node_without_pdp")
+        check(f["subject"] == f"node {node}" and f["pods"] == [f"{ns}/app"], f"finding {f}")
+        check("cerbos-pdp" in f["message"], f"message {f['message']!r}")
+        # The PDP DaemonSet gone: every daemonset-wired Pod lacks its PDP.
+        ds = h.get("daemonset", "cerbos-pdp", "pdp-node")
+        h.kubectl("-n", "pdp-node", "delete", "daemonset", "cerbos-pdp")
+        try:
+            rc, report, _ = h.check(ns)
+            check("pdp_daemonset_missing" in codes(report), f"errors {codes(report)}")
+        finally:
+            for k in ["resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"]:
+                ds["metadata"].pop(k, None)
+            ds.pop("status", None)
+            h.kubectl("apply", "-f", "-", input=ds)
+    finally:
+        h.kubectl("delete", "pod", "-n", ns, "app", "--wait=false", check_rc=False)
+        h.kubectl("delete", "node", node, "--wait=false", check_rc=False)
 
 
 # -- the webhook down, then back ----------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ bin=${PDP_INJECTOR_BIN:-}
 if [ -z "$bin" ]; then
     echo "[e2e] cargo build --bin pdp-injector" >&2
     cargo build --locked --quiet --bin pdp-injector >&2
-    bin=target/debug/pdp-injector
+    bin=${CARGO_TARGET_DIR:-target}/debug/pdp-injector
 fi
 [ -x "$bin" ] || { echo "[e2e] no pdp-injector binary at $bin" >&2; exit 1; }
 

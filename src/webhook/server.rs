@@ -132,7 +132,8 @@ impl Default for ClusterFit {
 }
 
 impl ClusterFit {
-    fn apply(&self, mut config: Config) -> Config {
+    /// The config as the webhook uses it in this cluster (`check` judges Pods by the same).
+    pub fn apply(&self, mut config: Config) -> Config {
         if let Some(ns) = &self.own_namespace {
             config.excluded_namespaces.insert(ns.clone());
         }

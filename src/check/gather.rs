@@ -1,0 +1,280 @@
+//! Every read `check` makes: list and get only (manifests/base/rbac-check.yaml grants exactly these), and one
+//! TLS handshake with the live endpoint. A read that fails is kept as its error, so the report says what it
+//! could not check rather than stopping.
+
+use std::collections::BTreeSet;
+use std::io::ErrorKind;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret};
+use kube::api::{Api, ListParams};
+use kube::core::NamespaceResourceScope;
+use rustls_pki_types::ServerName;
+use serde::de::DeserializeOwned;
+
+use super::analyse::{
+    ClusterView, ConfigSource, LiveProbe, Names, PDP_COMPONENT_LABEL, Read, endpoint,
+};
+use super::certs;
+use super::workloads::Owners;
+use crate::cluster::versions::supports_native_sidecars;
+use crate::config::Config;
+use crate::tls;
+
+/// What to read.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Where the installed pieces are.
+    pub names: Names,
+    /// One namespace, or `None` for all.
+    pub scope: Option<String>,
+    /// `--config FILE`, loaded; `None`: the installed ConfigMap.
+    pub config: Option<(String, Config)>,
+    /// Bound on connecting to the live endpoint and on its handshake.
+    pub probe_timeout: Duration,
+}
+
+/// Page size of list calls: bounded memory on the apiserver and here, whatever the cluster's size.
+const PAGE: u32 = 500;
+
+fn why(e: kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.reason),
+        other => other.to_string(),
+    }
+}
+
+async fn list<K>(api: Api<K>, params: ListParams) -> Read<Vec<K>>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut out = Vec::new();
+    let mut params = params.limit(PAGE);
+    loop {
+        let page = api.list(&params).await.map_err(why)?;
+        out.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(out),
+        }
+    }
+}
+
+fn scoped<K>(client: &kube::Client, scope: &Option<String>) -> Api<K>
+where
+    K: kube::Resource<Scope = NamespaceResourceScope>,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    match scope {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Reads everything the report needs.
+pub async fn gather(client: &kube::Client, options: Options) -> ClusterView {
+    let names = options.names;
+    let scope = options.scope;
+    let ns = names.namespace.clone();
+    let native_sidecars = match client.apiserver_version().await {
+        Ok(v) => supports_native_sidecars(&v.major, &v.minor),
+        // As the webhook does: a current server unless it says otherwise.
+        Err(_) => true,
+    };
+    let config = match options.config {
+        Some((path, c)) => ConfigSource::File(path, Box::new(c)),
+        None => {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+            ConfigSource::Installed(
+                api.get_opt(&names.config_map)
+                    .await
+                    .map(|cm| cm.and_then(|cm| cm.data?.remove("config.yaml")))
+                    .map_err(why),
+            )
+        }
+    };
+    let webhook = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get_opt(&names.webhook_config)
+        .await
+        .map_err(why);
+    let serving_cert = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get_opt(&names.secret)
+        .await
+        .map(|s| s.and_then(|s| s.data?.remove("tls.crt")).map(|b| b.0))
+        .map_err(why);
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &ns)
+        .get_opt(&names.deployment)
+        .await
+        .map_err(why);
+    let live = match &webhook {
+        Ok(Some(mwc)) => {
+            let first = mwc.webhooks.iter().flatten().find_map(|w| {
+                let (name, dial) = endpoint(w)?;
+                let bundle = w.client_config.ca_bundle.as_ref()?.0.clone();
+                Some((name, dial, bundle))
+            });
+            match first {
+                Some((name, dial, bundle)) => {
+                    let timeout = options.probe_timeout;
+                    tokio::task::spawn_blocking(move || probe(&dial, &name, &bundle, timeout))
+                        .await
+                        .ok()
+                        .flatten()
+                }
+                None => None,
+            }
+        }
+        _ => None,
+    };
+    let namespaces = list(Api::<Namespace>::all(client.clone()), ListParams::default()).await;
+    let pods = list(scoped::<Pod>(client, &scope), ListParams::default()).await;
+    let mut owners = Owners::default();
+    // Only what sits between a Pod and its workload; unreadable ones leave the Pod grouped under them.
+    if let Ok(sets) = list(scoped::<ReplicaSet>(client, &scope), ListParams::default()).await {
+        sets.iter()
+            .for_each(|r| owners.record("ReplicaSet", &r.metadata));
+    }
+    if let Ok(jobs) = list(scoped::<Job>(client, &scope), ListParams::default()).await {
+        jobs.iter().for_each(|j| owners.record("Job", &j.metadata));
+    }
+    let nodes = list(Api::<Node>::all(client.clone()), ListParams::default()).await;
+    let selector = format!("{}={}", PDP_COMPONENT_LABEL.0, PDP_COMPONENT_LABEL.1);
+    let mut daemonsets = list(
+        Api::<DaemonSet>::all(client.clone()),
+        ListParams::default().labels(&selector),
+    )
+    .await;
+    if let Ok(found) = daemonsets.as_mut() {
+        for (ds_ns, ds_name) in names.pdp_daemonsets.values() {
+            let api: Api<DaemonSet> = Api::namespaced(client.clone(), ds_ns);
+            let known = found.iter().any(|d| {
+                d.metadata.namespace.as_ref() == Some(ds_ns)
+                    && d.metadata.name.as_ref() == Some(ds_name)
+            });
+            if !known && let Ok(Some(d)) = api.get_opt(ds_name).await {
+                found.push(d);
+            }
+        }
+    }
+    let pdp_namespaces: BTreeSet<String> = daemonsets
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|d| d.metadata.namespace.clone())
+        .collect();
+    let mut pdp_pods: Read<Vec<Pod>> = Ok(Vec::new());
+    let mut revisions: Read<Vec<ControllerRevision>> = Ok(Vec::new());
+    for pdp_ns in &pdp_namespaces {
+        let pods = list(
+            Api::<Pod>::namespaced(client.clone(), pdp_ns),
+            ListParams::default(),
+        )
+        .await;
+        let revs = list(
+            Api::<ControllerRevision>::namespaced(client.clone(), pdp_ns),
+            ListParams::default(),
+        )
+        .await;
+        pdp_pods = pdp_pods.and_then(|mut all| {
+            all.extend(pods?);
+            Ok(all)
+        });
+        revisions = revisions.and_then(|mut all| {
+            all.extend(revs?);
+            Ok(all)
+        });
+    }
+    ClusterView {
+        names,
+        scope,
+        now: time::OffsetDateTime::now_utc().unix_timestamp(),
+        native_sidecars,
+        config: Some(config),
+        webhook,
+        serving_cert,
+        live,
+        deployment,
+        namespaces,
+        pods,
+        owners,
+        nodes,
+        daemonsets,
+        pdp_pods,
+        revisions,
+    }
+}
+
+/// One TLS handshake with `dial`, trusting only the `caBundle`, for `server_name`. `None` when the bundle is
+/// unusable (the report says so already).
+pub fn probe(
+    dial: &str,
+    server_name: &str,
+    ca_bundle: &[u8],
+    timeout: Duration,
+) -> Option<LiveProbe> {
+    let roots = certs::roots(ca_bundle).ok()?;
+    let unreachable = |error: String| LiveProbe::Unreachable {
+        endpoint: dial.to_string(),
+        error,
+    };
+    let addr = match dial.to_socket_addrs().map(|mut a| a.next()) {
+        Ok(Some(a)) => a,
+        Ok(None) => return Some(unreachable("no address".into())),
+        Err(e) => return Some(unreachable(format!("cannot resolve: {e}"))),
+    };
+    let mut sock = match TcpStream::connect_timeout(&addr, timeout) {
+        Ok(s) => s,
+        Err(e) => return Some(unreachable(format!("cannot connect: {e}"))),
+    };
+    if sock.set_read_timeout(Some(timeout)).is_err()
+        || sock.set_write_timeout(Some(timeout)).is_err()
+    {
+        return Some(unreachable("cannot set socket timeouts".into()));
+    }
+    let name = match ServerName::try_from(server_name.to_string()) {
+        Ok(n) => n,
+        Err(e) => {
+            return Some(unreachable(format!(
+                "{server_name:?} is not a server name: {e}"
+            )));
+        }
+    };
+    let config = match rustls::ClientConfig::builder_with_provider(tls::provider())
+        .with_safe_default_protocol_versions()
+    {
+        Ok(b) => b.with_root_certificates(roots).with_no_client_auth(),
+        Err(e) => return Some(unreachable(e.to_string())),
+    };
+    let mut conn = match rustls::ClientConnection::new(Arc::new(config), name) {
+        Ok(c) => c,
+        Err(e) => return Some(unreachable(e.to_string())),
+    };
+    while conn.is_handshaking() {
+        if let Err(e) = conn.complete_io(&mut sock) {
+            let tls_error = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>());
+            return Some(match tls_error {
+                Some(rustls::Error::InvalidCertificate(c)) => LiveProbe::Untrusted {
+                    endpoint: dial.to_string(),
+                    error: format!("{c:?}"),
+                },
+                _ if e.kind() == ErrorKind::InvalidData => {
+                    unreachable(format!("TLS handshake failed: {e}"))
+                }
+                _ => unreachable(e.to_string()),
+            });
+        }
+    }
+    let validity = conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(|leaf| certs::validity_der(leaf).ok());
+    Some(LiveProbe::Verified {
+        endpoint: dial.to_string(),
+        validity,
+    })
+}
