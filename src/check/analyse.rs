@@ -13,8 +13,8 @@ use super::report::{Finding, Report, Section, Severity};
 use super::selectors;
 use super::workloads::{self, Owners, Workload};
 use crate::config::{Config, Mode, PssLevel};
-use crate::core::{NamespaceInfo, Status};
-use crate::names::{ANNOTATION_STATUS, LABEL_NAMESPACE_INJECTION};
+use crate::core::NamespaceInfo;
+use crate::names::LABEL_NAMESPACE_INJECTION;
 
 /// A read that may have failed (forbidden, unreachable): `Err` says why, and the report says what it could
 /// not check instead of guessing.
@@ -148,11 +148,6 @@ fn labels_of(ns: &Namespace) -> BTreeMap<String, String> {
             .or_insert_with(|| name.clone());
     }
     labels
-}
-
-fn status_of(pod: &Pod) -> Option<Status> {
-    let raw = pod.metadata.annotations.as_ref()?.get(ANNOTATION_STATUS)?;
-    serde_json::from_str(raw).ok()
 }
 
 fn pod_name(pod: &Pod) -> String {
@@ -903,7 +898,7 @@ fn nodes_section(
         .iter()
         .filter(|p| !is_done(p))
     {
-        let Some(s) = status_of(pod).filter(|s| s.mode == Mode::Daemonset) else {
+        let Some(s) = pods::status_of(pod).filter(|s| s.mode == Mode::Daemonset) else {
             continue;
         };
         profiles.insert(s.profile.clone());
@@ -1161,7 +1156,7 @@ mod tests {
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "r", "controller": true}]},
             "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.9"}]}}));
         let mut p = match core::inject(&p, ns, config) {
-            Outcome::Injected(i) => i.pod,
+            Outcome::Injected(i) => core::patched(&p, &i.patch).expect("the core's patch applies"),
             _ => p,
         };
         p.status = ready_pod(json!({})).status;

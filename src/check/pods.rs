@@ -133,7 +133,7 @@ pub fn unwire(pod: &Pod, status: &Status) -> Pod {
     out
 }
 
-fn status_of(pod: &Pod) -> Option<Status> {
+pub(super) fn status_of(pod: &Pod) -> Option<Status> {
     serde_json::from_str(annotation(pod, ANNOTATION_STATUS)?).ok()
 }
 
@@ -204,7 +204,7 @@ pub fn compare(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Option<PodDrif
             );
         }
         // The core always writes its status on a first injection; without one nothing can be compared.
-        Outcome::Injected(i) => status_of(&i.pod)?,
+        Outcome::Injected(i) => i.status,
     };
     if (was.mode, &was.profile) != (now.mode, &now.profile) {
         return drift(
@@ -281,7 +281,7 @@ mod tests {
     /// A Pod as the webhook stored it: the core's own output for `p` in `n` with `config`.
     fn wired(p: &Pod, n: &NamespaceInfo, config: &Config) -> Pod {
         match core::inject(p, n, config) {
-            Outcome::Injected(i) => i.pod,
+            Outcome::Injected(i) => core::patched(p, &i.patch).expect("the core's patch applies"),
             other => panic!("fixture not injected: {other:?}"),
         }
     }

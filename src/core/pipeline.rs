@@ -17,6 +17,8 @@ pub struct Injected {
     pub mode: Mode,
     /// The profile used.
     pub profile: String,
+    /// What the status annotation records after this wiring.
+    pub status: crate::core::Status,
     /// RFC 6902 patch from the input Pod to `pod`; never empty.
     pub patch: json_patch::Patch,
     /// Warnings for the user.
@@ -117,6 +119,7 @@ pub fn wire(pod: &PodView<'_>, plan: Plan, config: &Config) -> Outcome {
         reason,
         mode: plan.mode,
         profile: plan.profile,
+        status: rendered.status,
         patch,
         warnings: rendered.warnings,
     }))

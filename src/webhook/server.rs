@@ -37,7 +37,8 @@ pub enum TlsSource {
     Watched(tokio::sync::watch::Receiver<TlsMaterial>),
 }
 
-fn duration_flag(s: &str) -> Result<Duration, String> {
+/// Parses a duration flag (`500ms`, `10s`, `2m`) with a message that shows the forms.
+pub fn duration_flag(s: &str) -> Result<Duration, String> {
     parse_duration(s).ok_or_else(|| format!("invalid duration {s:?} (examples: 500ms, 10s, 2m)"))
 }
 
