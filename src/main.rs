@@ -367,8 +367,8 @@ struct InjectArgs {
         default_value = "-"
     )]
     file: String,
-    /// Namespace default for documents whose namespace the stream does not label: enabled, sidecar, daemonset or
-    /// disabled (as the namespace label pdp-injector.io/injection).
+    /// Namespace default for documents whose namespace the stream does not label: enabled, sidecar, daemonset,
+    /// central or disabled (as the namespace label pdp-injector.io/injection).
     #[arg(long, env = "PDP_INJECTOR_MODE")]
     mode: Option<String>,
     /// Profile for Pods without a pdp-injector.io/profile annotation (default: the config's default profile).
@@ -397,10 +397,10 @@ fn run_inject(args: InjectArgs) -> anyhow::Result<()> {
         config.default_profile = profile;
     }
     if let Some(mode) = &args.mode
-        && !["enabled", "sidecar", "daemonset", "disabled"].contains(&mode.as_str())
+        && !["enabled", "sidecar", "daemonset", "central", "disabled"].contains(&mode.as_str())
     {
         anyhow::bail!(
-            "invalid value {mode:?} for --mode: valid values are enabled, sidecar, daemonset, disabled"
+            "invalid value {mode:?} for --mode: valid values are enabled, sidecar, daemonset, central, disabled"
         );
     }
     let input = if args.file == "-" {

@@ -130,7 +130,7 @@ fn golden_outputs_are_fixed_points() {
                 assert!(
                     !matches!(
                         reason.code(),
-                        "injected_sidecar" | "injected_daemonset" | "rewired"
+                        "injected_sidecar" | "injected_daemonset" | "injected_central" | "rewired"
                     ),
                     "{}: second pass injected document {}",
                     input_path.display(),

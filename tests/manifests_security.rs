@@ -145,13 +145,13 @@ fn webhook_registration_fails_closed_only_where_asked() {
     assert_eq!(
         opted,
         json!({"key": "pdp-injector.io/injection", "operator": "In",
-                             "values": ["enabled", "sidecar", "daemonset"]})
+                             "values": ["enabled", "sidecar", "daemonset", "central"]})
     );
     let rest = by_policy("Ignore")["namespaceSelector"]["matchExpressions"][0].clone();
     assert_eq!(
         rest,
         json!({"key": "pdp-injector.io/injection", "operator": "NotIn",
-                           "values": ["enabled", "sidecar", "daemonset"]})
+                           "values": ["enabled", "sidecar", "daemonset", "central"]})
     );
     // Each entry has its own path, so the handler knows when the apiserver saw the namespace opted in and never
     // answers "not opted in" from doubt there (src/webhook/server.rs, Entry).

@@ -51,13 +51,14 @@ fn gen_pod(rng: &mut Rng) -> Pod {
     if rng.chance(60) {
         annotations.insert(
             "pdp-injector.io/inject".to_string(),
-            rng.pick(&["sidecar", "daemonset", "enabled", "disabled"])
+            rng.pick(&["sidecar", "daemonset", "central", "enabled", "disabled"])
                 .to_string(),
         );
     } else if rng.chance(20) {
         labels.insert(
             "pdp-injector.io/inject".to_string(),
-            rng.pick(&["sidecar", "daemonset", "enabled"]).to_string(),
+            rng.pick(&["sidecar", "daemonset", "central", "enabled"])
+                .to_string(),
         );
     }
     if rng.chance(30) {
@@ -163,7 +164,7 @@ fn gen_namespace(rng: &mut Rng) -> NamespaceInfo {
     let mut ns = NamespaceInfo::named(rng.pick(&["shop", "team-a", "kube-system"]));
     if rng.chance(40) {
         ns.injection = Some(
-            rng.pick(&["enabled", "sidecar", "daemonset", "disabled"])
+            rng.pick(&["enabled", "sidecar", "daemonset", "central", "disabled"])
                 .to_string(),
         );
     }
@@ -178,7 +179,11 @@ fn gen_namespace(rng: &mut Rng) -> NamespaceInfo {
 
 #[test]
 fn generated_pods_hold_the_core_properties() {
-    let config = Config::builtin();
+    // cerbos names a central Service and flagd does not: central mode is both wired and refused.
+    let config = Config::from_yaml(
+        "profiles:\n  cerbos:\n    central:\n      address: cerbos.cerbos.svc.cluster.local:3593\n",
+    )
+    .unwrap();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut injected = 0;
     let mut seen = std::collections::BTreeSet::new();
@@ -293,6 +298,8 @@ fn generated_pods_hold_the_core_properties() {
     for code in [
         "injected_sidecar",
         "injected_daemonset",
+        "injected_central",
+        "no_central_address",
         "excluded_namespace",
         "opted_out",
         "not_opted_in",

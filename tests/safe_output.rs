@@ -439,7 +439,8 @@ fn hostile_values_on_pdp_injector_keys_are_refused_or_ignored() {
                 // Names the only valid spellings: no hostile value slips through.
                 let valid = match key {
                     "pdp-injector.io/inject" => {
-                        ["sidecar", "daemonset", "enabled", "disabled"].contains(&value.as_str())
+                        ["sidecar", "daemonset", "central", "enabled", "disabled"]
+                            .contains(&value.as_str())
                     }
                     "pdp-injector.io/profile" => config.profiles.contains_key(&value),
                     _ => {

@@ -669,7 +669,7 @@ def _(h):
     ns = h.namespace("invalid")
     out, err, rc = h.create(pod("app", ns, annotations={INJECT: "sidecars"}))
     check(rc != 0, "a Pod with pdp-injector.io/inject=sidecars was admitted")
-    for needle in ["pdp-injector.io/inject", '"sidecars"', "sidecar, daemonset, enabled, disabled"]:
+    for needle in ["pdp-injector.io/inject", '"sidecars"', "sidecar, daemonset, central, enabled, disabled"]:
         check(needle in err, f"denial message lacks {needle!r}: {one_line(err)}")
     check(h.get("pod", "app", ns) is None, "the denied Pod was stored")
 
@@ -890,7 +890,7 @@ def _(h):
 @case("webhook-down-fail-blocks-opted-in-namespaces")
 def _(h):
     check(not h.alive("pdp-injector"), "the webhook is still running")
-    for value in ["enabled", "sidecar", "daemonset"]:
+    for value in ["enabled", "sidecar", "daemonset", "central"]:
         ns = h.namespace(f"down-fail-{value}", {NS_LABEL: value})
         out, err, rc = h.create(pod("app", ns))
         check(rc != 0, f"a Pod in a namespace labelled {value} was admitted while the webhook is down")

@@ -93,6 +93,7 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
             mount_path: "/policies".into(),
         }],
         mtls: None,
+        central: None,
     };
     let flagd = Profile {
         image: "ghcr.io/open-feature/flagd:v0.12.9".into(),
@@ -143,6 +144,7 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
             mount_path: "/etc/flagd".into(),
         }],
         mtls: None,
+        central: None,
     };
     BTreeMap::from([("cerbos".into(), cerbos), ("flagd".into(), flagd)])
 }

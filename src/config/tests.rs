@@ -424,3 +424,67 @@ fn pss_levels_parse_strictly() {
     assert_eq!(PssLevel::from_label("restricted"), PssLevel::Restricted);
     assert_eq!(PssLevel::from_label("Privileged"), PssLevel::Restricted);
 }
+
+#[test]
+fn central_addresses_parse_or_name_what_is_wrong() {
+    let spec = |a: &str| CentralSpec { address: a.into() };
+    assert_eq!(
+        spec("cerbos.cerbos.svc.cluster.local:3593").host_port(),
+        Ok(("cerbos.cerbos.svc.cluster.local", 3593))
+    );
+    assert_eq!(
+        spec("10.96.0.10:3593").host_port(),
+        Ok(("10.96.0.10", 3593))
+    );
+    assert_eq!(spec("[fd00::a]:3593").host_port(), Ok(("fd00::a", 3593)));
+    for bad in [
+        "cerbos",
+        "cerbos:",
+        "cerbos:0",
+        "cerbos:70000",
+        ":3593",
+        "http://cerbos:3593",
+        "Cerbos:3593",
+        "$(HOST):3593",
+        "a..b:3593",
+        "fd00::a:3593",
+        "[fd00::a:3593",
+        "[not-v6]:3593",
+    ] {
+        assert!(spec(bad).host_port().is_err(), "{bad} accepted");
+    }
+}
+
+#[test]
+fn central_is_a_profile_setting_checked_at_load() {
+    let c = Config::from_yaml(
+        "profiles:\n  cerbos:\n    central:\n      address: cerbos.cerbos.svc:3593\n  mine:\n    extends: cerbos\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.profiles["mine"].central.as_ref().unwrap().address,
+        "cerbos.cerbos.svc:3593",
+        "extends carries the central address"
+    );
+    assert_eq!(Config::builtin().profiles["cerbos"].central, None);
+    let e = Config::from_yaml(
+        "profiles:\n  cerbos:\n    central:\n      address: http://cerbos:3593\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("profile \"cerbos\": central.address"), "{e}");
+    let e = Config::from_yaml("defaultMode: central\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("defaultMode is central") && e.contains("profiles.cerbos.central.address"),
+        "{e}"
+    );
+    let c = Config::from_yaml(
+        "defaultMode: central\nprofiles:\n  cerbos:\n    central:\n      address: cerbos:3593\n",
+    )
+    .unwrap();
+    assert_eq!(c.default_mode, Mode::Central);
+    // A config without central keeps the hash it had before the setting existed.
+    assert_eq!(Config::builtin().hash, Config::from_yaml("").unwrap().hash);
+}

@@ -72,6 +72,10 @@ pub(super) fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigErro
             p.health.path
         ));
     }
+    if let Some(c) = &p.central {
+        c.host_port()
+            .map_err(|e| ConfigError::Invalid(format!("profile {name:?}: central.address {e}")))?;
+    }
     let names = [&p.env_names.host, &p.env_names.address, &p.env_names.socket];
     for n in names.iter().copied().chain(p.env_names.port.as_ref()) {
         validate_env_name(name, n)?;

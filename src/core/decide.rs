@@ -70,13 +70,14 @@ enum PodChoice {
     Disabled,
 }
 
-const POD_VALUES: &str = "sidecar, daemonset, enabled, disabled";
-const NAMESPACE_VALUES: &str = "enabled, sidecar, daemonset, disabled";
+const POD_VALUES: &str = "sidecar, daemonset, central, enabled, disabled";
+const NAMESPACE_VALUES: &str = "enabled, sidecar, daemonset, central, disabled";
 
 fn parse_choice(value: &str) -> Option<PodChoice> {
     match value {
         "sidecar" => Some(PodChoice::Mode(Mode::Sidecar)),
         "daemonset" => Some(PodChoice::Mode(Mode::Daemonset)),
+        "central" => Some(PodChoice::Mode(Mode::Central)),
         "enabled" => Some(PodChoice::Enabled),
         "disabled" => Some(PodChoice::Disabled),
         _ => None,

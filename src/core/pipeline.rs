@@ -11,7 +11,7 @@ use crate::core::{Decision, Denial, NamespaceInfo, Plan, Reason, Warning, decide
 /// A Pod that gets wired.
 #[derive(Debug, Clone)]
 pub struct Injected {
-    /// `injected_sidecar`, `injected_daemonset` or `rewired`.
+    /// `injected_sidecar`, `injected_daemonset`, `injected_central` or `rewired`.
     pub reason: Reason,
     /// The wiring.
     pub mode: Mode,
@@ -97,6 +97,7 @@ pub fn wire(pod: &Pod, plan: Plan, config: &Config) -> Outcome {
         (Some(_), _) => Reason::Rewired,
         (None, Mode::Sidecar) => Reason::InjectedSidecar,
         (None, Mode::Daemonset) => Reason::InjectedDaemonset,
+        (None, Mode::Central) => Reason::InjectedCentral,
     };
     Outcome::Injected(Box::new(Injected {
         reason,
