@@ -94,6 +94,8 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
         }],
         mtls: None,
         central: None,
+        app_env: vec![],
+        host_socket: true,
     };
     let flagd = Profile {
         image: "ghcr.io/open-feature/flagd:v0.12.9".into(),
@@ -145,6 +147,8 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
         }],
         mtls: None,
         central: None,
+        app_env: vec![],
+        host_socket: true,
     };
     BTreeMap::from([("cerbos".into(), cerbos), ("flagd".into(), flagd)])
 }

@@ -298,6 +298,18 @@ pub struct Profile {
     /// serialized config when unset, so configs without it keep their hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub central: Option<CentralSpec>,
+    /// Fixed variables app containers get besides the address (flagd's `FLAGD_RESOLVER=in-process`, for a
+    /// provider that must sync instead of calling per evaluation). Plain values only: nothing from the Pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub app_env: Vec<EnvVar>,
+    /// `false`: daemonset mode gives the TCP address only, never the node's socket, for a node-local PDP that
+    /// serves no socket (the shipped node-local flagd). Serialized only when `false`, so hashes stay put.
+    #[serde(skip_serializing_if = "is_true")]
+    pub host_socket: bool,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// A profile as written in the file: every field optional, laid over the profile it `extends` (by default the
@@ -323,6 +335,8 @@ struct ProfileFile {
     volumes: Option<Vec<ProfileVolume>>,
     mtls: Option<MtlsSpec>,
     central: Option<CentralSpec>,
+    app_env: Option<Vec<EnvVar>>,
+    host_socket: Option<bool>,
 }
 
 /// The file as written.
@@ -546,6 +560,8 @@ fn merge_profile(
             volumes: o.volumes.unwrap_or(b.volumes),
             mtls: o.mtls.or(b.mtls),
             central: o.central.or(b.central),
+            app_env: o.app_env.unwrap_or(b.app_env),
+            host_socket: o.host_socket.unwrap_or(b.host_socket),
         }),
         None => {
             let ports = o.ports.ok_or_else(|| missing("ports"))?;
@@ -575,6 +591,8 @@ fn merge_profile(
                 volumes: o.volumes.unwrap_or_default(),
                 mtls: o.mtls,
                 central: o.central,
+                app_env: o.app_env.unwrap_or_default(),
+                host_socket: o.host_socket.unwrap_or(true),
             })
         }
     }

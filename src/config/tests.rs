@@ -488,3 +488,43 @@ fn central_is_a_profile_setting_checked_at_load() {
     // A config without central keeps the hash it had before the setting existed.
     assert_eq!(Config::builtin().hash, Config::from_yaml("").unwrap().hash);
 }
+
+#[test]
+fn app_env_takes_plain_distinct_values_only() {
+    let load =
+        |app_env: &str| Config::from_yaml(&format!("profiles:\n  flagd:\n    appEnv:\n{app_env}"));
+    let c = load("      - {name: FLAGD_RESOLVER, value: in-process}\n").unwrap();
+    assert_eq!(c.profiles["flagd"].app_env[0].name, "FLAGD_RESOLVER");
+    for (bad, why) in [
+        (
+            "      - name: X\n        valueFrom: {fieldRef: {fieldPath: metadata.name}}\n",
+            "plain value",
+        ),
+        ("      - {name: X}\n", "plain value"),
+        (
+            "      - {name: FLAGD_PORT, value: \"1\"}\n",
+            "also one of envNames",
+        ),
+        (
+            "      - {name: X, value: a}\n      - {name: X, value: b}\n",
+            "twice",
+        ),
+        (
+            "      - {name: \"1X\", value: a}\n",
+            "not a valid environment variable name",
+        ),
+    ] {
+        let e = load(bad).unwrap_err().to_string();
+        assert!(e.contains(why), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn host_socket_defaults_on_and_leaves_the_hash_alone() {
+    let c = Config::from_yaml("profiles:\n  mine:\n    extends: flagd\n    hostSocket: false\n")
+        .unwrap();
+    assert!(Config::builtin().profiles["flagd"].host_socket);
+    assert!(!c.profiles["mine"].host_socket);
+    // Unset appEnv and hostSocket are left out of the hashed config: the built-in hash is what the docs show.
+    assert_eq!(Config::builtin().hash, "8316f906c439");
+}

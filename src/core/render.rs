@@ -50,6 +50,7 @@ pub fn app_env(profile: &Profile, mode: Mode, with_socket: bool) -> Vec<EnvVar> 
         }
         // The address as the admin wrote it (brackets kept for IPv6), so that it is a valid host:port.
         env.push(value(&names.address, central.address.clone()));
+        env.extend(profile.app_env.iter().cloned());
         return env;
     }
     let port = profile.address_port;
@@ -78,6 +79,7 @@ pub fn app_env(profile: &Profile, mode: Mode, with_socket: bool) -> Vec<EnvVar> 
     if with_socket {
         env.push(value(&names.socket, profile.socket.path()));
     }
+    env.extend(profile.app_env.iter().cloned());
     env
 }
 
@@ -354,7 +356,7 @@ pub fn render(pod: &Pod, plan: &Plan, config: &Config) -> Result<Rendered, Denia
     }
 
     let downgraded = plan.mode == Mode::Daemonset && plan.pss > PssLevel::Privileged;
-    if downgraded && previous.is_none() {
+    if downgraded && previous.is_none() && profile.host_socket {
         warnings.push(Warning {
             code: WarningCode::DowngradedPss,
             message: format!(
@@ -365,7 +367,8 @@ pub fn render(pod: &Pod, plan: &Plan, config: &Config) -> Result<Rendered, Denia
             ),
         });
     }
-    let socket = socket_volume(profile, plan.mode, downgraded);
+    // A profile whose node-local PDP serves no socket: TCP only, and nothing to warn about.
+    let socket = socket_volume(profile, plan.mode, downgraded || !profile.host_socket);
     // A re-wiring gives new containers exactly what the first pass gave the others.
     let with_socket = match previous {
         Some(prev) => prev.env.contains(&profile.env_names.socket),
