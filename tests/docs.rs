@@ -910,10 +910,13 @@ fn inject_commands_in_the_docs_use_their_examples_flags() {
 #[test]
 fn names_ports_and_paths_in_the_docs_are_the_rendered_ones() {
     let config = Config::builtin();
+    // The shipped config's profiles (the node-local flagd ones) are rendered by the docs' examples too.
+    let shipped = Config::load(&root().join("manifests/base/config.yaml")).unwrap();
     let mut env_names = BTreeSet::new();
     let mut sockets = BTreeSet::new();
     let mut ports = BTreeSet::from([8443u16]);
-    for p in config.profiles.values() {
+    for p in config.profiles.values().chain(shipped.profiles.values()) {
+        env_names.extend(p.app_env.iter().map(|e| e.name.clone()));
         env_names.extend(
             [&p.env_names.host, &p.env_names.address, &p.env_names.socket]
                 .into_iter()
