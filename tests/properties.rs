@@ -464,3 +464,27 @@ fn one_pass_review_reads_only_what_it_needs() {
     assert_eq!(summary.reason, Reason::InvalidObject);
     assert!(String::from_utf8_lossy(&bytes).contains("not a valid v1 Pod"));
 }
+
+#[test]
+fn one_pass_review_keeps_an_app_value_of_a_fixed_profile_variable() {
+    // appEnv variables (the shipped flagd-node profile's FLAGD_RESOLVER) are injected like the address: a
+    // container that defines one keeps its value on the one-pass path exactly as on the reference path.
+    use pdp_injector::admission::{review, review_reference};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config = Config::load(&root.join("manifests/base/config.yaml")).unwrap();
+    let pod = serde_json::json!({
+        "metadata": {"name": "p", "annotations": {
+            "pdp-injector.io/inject": "daemonset", "pdp-injector.io/profile": "flagd-in-process"}},
+        "spec": {"containers": [{"name": "app", "image": "x",
+            "env": [{"name": "FLAGD_RESOLVER", "value": "rpc"}, {"name": "FLAGD_SYNC_PORT", "value": "9"}]}]}
+    });
+    let body = review_body(&pod, "shop", "CREATE", false);
+    let lookup = |name: &str| NamespaceInfo::named(name);
+    let fast = review(body.as_bytes(), &config, &lookup).unwrap();
+    let reference = review_reference(body.as_bytes(), &config, &lookup).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&fast.0),
+        String::from_utf8_lossy(&reference.0)
+    );
+    assert_eq!(fast.1, reference.1);
+}

@@ -297,6 +297,8 @@ fn injected_env<'c>(config: &'c Config, profile: &str) -> Vec<&'c str> {
     let n = &p.env_names;
     let mut names = vec![n.host.as_str(), n.address.as_str(), n.socket.as_str()];
     names.extend(n.port.as_deref());
+    // The profile's fixed variables are injected like the others: an app that defines one keeps its value.
+    names.extend(p.app_env.iter().map(|e| e.name.as_str()));
     names
 }
 
