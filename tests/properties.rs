@@ -64,7 +64,8 @@ fn gen_pod(rng: &mut Rng) -> Pod {
     if rng.chance(30) {
         annotations.insert(
             "pdp-injector.io/profile".into(),
-            rng.pick(&["cerbos", "flagd"]).into(),
+            rng.pick(&["cerbos", "flagd", "cerbos,flagd", "flagd, cerbos"])
+                .into(),
         );
     }
     for i in 0..rng.below(3) {

@@ -381,7 +381,14 @@ pub fn review(
                 Decision::Skip(reason, warnings) => Outcome::Skipped { reason, warnings },
                 Decision::Deny(denial) => Outcome::Denied(denial),
                 Decision::Inject(plan) => {
-                    if !envs.render_exactly(&injected_env(config, &plan.profile)) {
+                    // A comma list of profiles renders more than this profile's variables: whole-Pod path.
+                    let several = pod
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(crate::names::ANNOTATION_PROFILE))
+                        .is_some_and(|v| v.contains(','));
+                    if several || !envs.render_exactly(&injected_env(config, &plan.profile)) {
                         return review_reference(body, config, namespace);
                     }
                     let outcome = wire(&pod, *plan, config);

@@ -3,10 +3,14 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::config::{Config, Mode};
+use crate::config::{Config, Mode, Profile, PssLevel};
+use crate::core::decide::{pod_profiles, status_key};
 use crate::core::patch::diff_pods;
-use crate::core::render::render;
-use crate::core::{Decision, Denial, NamespaceInfo, Plan, Reason, Warning, decide};
+use crate::core::render::{app_env, render};
+use crate::core::{
+    Decision, Denial, NamespaceInfo, Plan, Reason, Status, Warning, WarningCode, decide,
+};
+use crate::names::ANNOTATION_STATUS;
 
 /// A Pod that gets wired.
 #[derive(Debug, Clone)]
@@ -15,7 +19,7 @@ pub struct Injected {
     pub reason: Reason,
     /// The wiring.
     pub mode: Mode,
-    /// The profile used.
+    /// The profile used (the first, when the Pod lists several).
     pub profile: String,
     /// The Pod as it will be stored.
     pub pod: Pod,
@@ -80,17 +84,21 @@ pub fn inject(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Outcome {
     wire(pod, plan, config)
 }
 
-/// Renders a plan that [`decide`] made for `pod`.
+/// Renders a plan that [`decide`] made for `pod`, then each further profile the Pod lists.
 pub fn wire(pod: &Pod, plan: Plan, config: &Config) -> Outcome {
     let rendered = match render(pod, &plan, config) {
         Ok(r) => r,
         Err(denial) => return Outcome::Denied(denial),
     };
-    let patch = diff_pods(pod, &rendered.pod);
+    let (out, warnings) = match wire_more(rendered.pod, rendered.warnings, pod, &plan, config) {
+        Ok(r) => r,
+        Err(denial) => return Outcome::Denied(denial),
+    };
+    let patch = diff_pods(pod, &out);
     if patch.0.is_empty() {
         return Outcome::Skipped {
             reason: Reason::AlreadyInjected,
-            warnings: rendered.warnings,
+            warnings,
         };
     }
     let reason = match (&plan.previous, plan.mode) {
@@ -103,8 +111,144 @@ pub fn wire(pod: &Pod, plan: Plan, config: &Config) -> Outcome {
         reason,
         mode: plan.mode,
         profile: plan.profile,
-        pod: rendered.pod,
+        pod: out,
         patch,
-        warnings: rendered.warnings,
+        warnings,
     }))
+}
+
+/// Wires the profiles after the first of a `pdp-injector.io/profile` comma list, each as if it were alone: its
+/// own plan (the first profile's mode, containers and Pod Security level), its own status annotation
+/// ([`status_key`]) and its own reinvocation. `current` is the Pod with the first profile rendered. Two profiles
+/// that would write the same variable, container, port or volume are refused, naming both.
+fn wire_more(
+    mut current: Pod,
+    mut warnings: Vec<Warning>,
+    input: &Pod,
+    plan: &Plan,
+    config: &Config,
+) -> Result<(Pod, Vec<Warning>), Denial> {
+    // The list as the Pod gives it; decide has checked it. A re-wiring's first profile is the recorded one.
+    let Ok(listed) = pod_profiles(input, config) else {
+        return Ok((current, warnings));
+    };
+    if listed.len() < 2 {
+        return Ok((current, warnings));
+    }
+    let mut done: Vec<&str> = vec![plan.profile.as_str()];
+    for name in listed.iter().filter(|p| **p != plan.profile) {
+        let profile = &config.profiles[name];
+        for other in &done {
+            if let Some(why) = clash(&config.profiles[*other], profile, plan.mode, plan.pss) {
+                return Err(Denial {
+                    reason: Reason::NameCollision,
+                    message: format!(
+                        "profiles {other:?} and {name:?} cannot both be wired into this Pod in {} mode: {why}",
+                        plan.mode
+                    ),
+                });
+            }
+        }
+        done.push(name);
+        let key = status_key(name);
+        let annotations = current
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
+        let previous: Option<Status> = match annotations.get(&key) {
+            None => None,
+            Some(raw) => match serde_json::from_str(raw) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    warnings.push(Warning {
+                        code: WarningCode::StatusUnreadable,
+                        message: format!(
+                            "annotation {key} is not valid JSON ({e}); profile {name:?} is left as it is"
+                        ),
+                    });
+                    continue;
+                }
+            },
+        };
+        let sub = Plan {
+            mode: previous.as_ref().map_or(plan.mode, |s| s.mode),
+            profile: name.clone(),
+            containers: plan.containers.clone(),
+            pss: plan.pss,
+            previous,
+            warnings: vec![],
+        };
+        // render reads and writes pdp-injector.io/status: lend it this profile's status for the call.
+        let first = annotations.remove(ANNOTATION_STATUS);
+        if let Some(raw) = annotations.remove(&key) {
+            annotations.insert(ANNOTATION_STATUS.into(), raw);
+        }
+        let mut out = render(&current, &sub, config)?;
+        let annotations = out
+            .pod
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
+        if let Some(raw) = annotations.remove(ANNOTATION_STATUS) {
+            annotations.insert(key, raw);
+        }
+        if let Some(raw) = first {
+            annotations.insert(ANNOTATION_STATUS.into(), raw);
+        }
+        warnings.extend(out.warnings);
+        current = out.pod;
+    }
+    Ok((current, warnings))
+}
+
+/// What two profiles wired into one Pod in `mode` would both claim, if anything.
+fn clash(a: &Profile, b: &Profile, mode: Mode, pss: PssLevel) -> Option<String> {
+    let names = |p: &Profile| -> Vec<String> {
+        app_env(p, Mode::Sidecar, true)
+            .into_iter()
+            .map(|e| e.name)
+            .collect()
+    };
+    let theirs = names(b);
+    if let Some(var) = names(a).into_iter().find(|n| theirs.contains(n)) {
+        return Some(format!("both set {var} in app containers"));
+    }
+    if a.mtls.is_some() && b.mtls.is_some() {
+        return Some("both mount a client mTLS Secret as volume pdp-injector-mtls".into());
+    }
+    match mode {
+        Mode::Sidecar => {
+            if a.container_name == b.container_name {
+                return Some(format!("both add a container named {:?}", a.container_name));
+            }
+            let ports = |p: &Profile| {
+                let mut v: Vec<u16> = p.ports.iter().map(|n| n.port).collect();
+                v.push(p.health.port);
+                v
+            };
+            let theirs = ports(b);
+            if let Some(port) = ports(a).into_iter().find(|n| theirs.contains(n)) {
+                return Some(format!("both sidecars listen on port {port} of the Pod"));
+            }
+            if let Some(v) = a
+                .volumes
+                .iter()
+                .find(|v| b.volumes.iter().any(|w| w.volume.name == v.volume.name))
+            {
+                return Some(format!("both add a volume named {:?}", v.volume.name));
+            }
+            if a.sidecar.unix_socket && b.sidecar.unix_socket {
+                return Some("both share their socket as volume pdp-injector-socket".into());
+            }
+        }
+        Mode::Daemonset if pss == PssLevel::Privileged && a.host_socket && b.host_socket => {
+            return Some(
+                "both mount their node's socket as volume pdp-injector-socket; use a profile without it \
+                 (hostSocket: false, as flagd-node) for one of them"
+                    .into(),
+            );
+        }
+        Mode::Daemonset | Mode::Central => {}
+    }
+    None
 }
