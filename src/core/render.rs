@@ -53,6 +53,7 @@ pub fn app_env(profile: &Profile, mode: Mode, with_socket: bool) -> Vec<EnvVar> 
         env.extend(profile.app_env.iter().cloned());
         return env;
     }
+    // Sidecar and daemonset from here (central returned above; its arms below are for exhaustiveness only).
     let port = profile.address_port;
     let mut env = Vec::with_capacity(4);
     env.push(match mode {
