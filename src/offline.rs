@@ -15,8 +15,8 @@ use crate::names::LABEL_NAMESPACE_INJECTION;
 /// Defaults for the documents of one stream: flags of the `inject` command.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct Options {
-    /// Namespace default for documents whose namespace the stream does not label: enabled, sidecar, daemonset or
-    /// disabled (as the namespace label pdp-injector.io/injection).
+    /// Namespace default for documents whose namespace the stream does not label: enabled, sidecar, daemonset,
+    /// central or disabled (as the namespace label pdp-injector.io/injection).
     #[arg(long, env = "PDP_INJECTOR_MODE", value_parser = crate::core::decide::namespace_label_value)]
     pub mode: Option<String>,
     /// Namespace of documents that name none.

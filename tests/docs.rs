@@ -170,10 +170,22 @@ impl Example {
             match flag.as_str() {
                 "--mode" => options.mode = Some(value),
                 "--namespace" => options.default_namespace = Some(value),
+                "--config" => {}
                 other => panic!("{}.args: flag {other} is not supported here", self.stem),
             }
         }
         options
+    }
+
+    /// The config of the example's `--config FILE` (a path from the repository root), else the built-in one.
+    fn config(&self) -> Config {
+        match self.args.iter().position(|a| a == "--config") {
+            Some(i) => {
+                let path = &self.args[i + 1];
+                Config::load(&root().join(path)).unwrap_or_else(|e| panic!("{}: {e}", self.stem))
+            }
+            None => Config::builtin(),
+        }
     }
 
     /// `pdp-injector inject <args> -f docs/examples/<stem>.in.yaml`, run from the repository root.
@@ -217,7 +229,7 @@ fn examples() -> Vec<Example> {
 /// What the library makes of an example: the output stream, or the error message.
 fn run_library(example: &Example) -> Result<String, String> {
     let input = read(&example.input());
-    offline::inject_stream(&input, &Config::builtin(), &example.options())
+    offline::inject_stream(&input, &example.config(), &example.options())
         .map(|(out, _)| out)
         .map_err(|e| e.to_string())
 }
@@ -315,7 +327,7 @@ fn examples_outputs_are_fixed_points() {
         let Ok(once) = run_library(&example) else {
             continue;
         };
-        let (twice, _) = offline::inject_stream(&once, &Config::builtin(), &example.options())
+        let (twice, _) = offline::inject_stream(&once, &example.config(), &example.options())
             .unwrap_or_else(|e| panic!("{}: second pass: {e}", example.input()));
         assert_eq!(once, twice, "{}: second pass changed it", example.input());
     }
@@ -503,14 +515,20 @@ fn describe_outcome(outcome: &Outcome) -> String {
     }
 }
 
-/// The whole precedence table, as the core applies it to every pair of values (built-in config).
+/// The built-in config plus the one setting central mode needs (docs/annotations.md says so above the matrix).
+const CENTRAL_CERBOS: &str =
+    "profiles:\n  cerbos:\n    central:\n      address: cerbos.cerbos.svc.cluster.local:3593\n";
+
+/// The whole precedence table, as the core applies it to every pair of values (built-in config, plus a central
+/// address for cerbos).
 fn precedence_matrix() -> String {
-    let config = Config::builtin();
+    let config = Config::from_yaml(CENTRAL_CERBOS).unwrap();
     let values = [
         None,
         Some("enabled"),
         Some("sidecar"),
         Some("daemonset"),
+        Some("central"),
         Some("disabled"),
         Some("on"),
     ];
@@ -556,15 +574,22 @@ fn env_tables() -> String {
     let config = Config::builtin();
     let mut s = String::new();
     for (name, profile) in &config.profiles {
+        // The built-ins name no central Service: show the one an admin would typically set.
+        let address = format!("{name}.{name}.svc.cluster.local:{}", profile.address_port);
+        let mut with_central = profile.clone();
+        with_central.central = Some(pdp_injector::config::CentralSpec {
+            address: address.clone(),
+        });
         let columns = [
             app_env(profile, Mode::Sidecar, false),
             app_env(profile, Mode::Sidecar, true),
             app_env(profile, Mode::Daemonset, true),
             app_env(profile, Mode::Daemonset, false),
+            app_env(&with_central, Mode::Central, false),
         ];
         writeln!(s, "Profile `{name}`:\n").unwrap();
-        s.push_str("| variable | sidecar | sidecar, `sidecar.unixSocket: true` | daemonset | daemonset, namespace not `privileged` |\n");
-        s.push_str("|---|---|---|---|---|\n");
+        writeln!(s, "| variable | sidecar | sidecar, `sidecar.unixSocket: true` | daemonset | daemonset, namespace not `privileged` | central, `central.address: {address}` |").unwrap();
+        s.push_str("|---|---|---|---|---|---|\n");
         for var in &columns[2] {
             write!(s, "| `{}` |", var.name).unwrap();
             for column in &columns {
@@ -749,7 +774,7 @@ fn every_denial_message_is_documented_exactly() {
     let mut covered = BTreeSet::new();
     for example in examples().iter().filter(|e| e.stem.starts_with("deny-")) {
         let (pod, ns) = pod_of(example);
-        let Outcome::Denied(denial) = inject(&pod, &ns, &config) else {
+        let Outcome::Denied(denial) = inject(&pod, &ns, &example.config()) else {
             panic!("{}: the core does not deny it", example.input());
         };
         let message = denial.to_string();
@@ -813,11 +838,12 @@ fn every_denial_message_is_documented_exactly() {
 #[test]
 fn every_warning_message_is_documented_exactly() {
     let text = read("docs/annotations.md");
-    let config = Config::builtin();
     let mut covered = BTreeSet::new();
     for example in examples() {
         let input = read(&example.input());
-        let Ok((_, reports)) = offline::inject_stream(&input, &config, &example.options()) else {
+        let Ok((_, reports)) =
+            offline::inject_stream(&input, &example.config(), &example.options())
+        else {
             continue;
         };
         for w in reports.iter().flat_map(|r| &r.warnings) {
@@ -884,10 +910,13 @@ fn inject_commands_in_the_docs_use_their_examples_flags() {
 #[test]
 fn names_ports_and_paths_in_the_docs_are_the_rendered_ones() {
     let config = Config::builtin();
+    // The shipped config's profiles (the node-local flagd ones) are rendered by the docs' examples too.
+    let shipped = Config::load(&root().join("manifests/base/config.yaml")).unwrap();
     let mut env_names = BTreeSet::new();
     let mut sockets = BTreeSet::new();
     let mut ports = BTreeSet::from([8443u16]);
-    for p in config.profiles.values() {
+    for p in config.profiles.values().chain(shipped.profiles.values()) {
+        env_names.extend(p.app_env.iter().map(|e| e.name.clone()));
         env_names.extend(
             [&p.env_names.host, &p.env_names.address, &p.env_names.socket]
                 .into_iter()

@@ -173,13 +173,13 @@ fn webhook_registration_fails_closed_only_where_asked() {
     assert_eq!(
         opted,
         json!({"key": "pdp-injector.io/injection", "operator": "In",
-                             "values": ["enabled", "sidecar", "daemonset"]})
+                             "values": ["enabled", "sidecar", "daemonset", "central"]})
     );
     let rest = by_policy("Ignore")["namespaceSelector"]["matchExpressions"][0].clone();
     assert_eq!(
         rest,
         json!({"key": "pdp-injector.io/injection", "operator": "NotIn",
-                           "values": ["enabled", "sidecar", "daemonset"]})
+                           "values": ["enabled", "sidecar", "daemonset", "central"]})
     );
     // Each entry has its own path, so the handler knows when the apiserver saw the namespace opted in and never
     // answers "not opted in" from doubt there (src/webhook/server.rs, Entry).
@@ -737,4 +737,84 @@ fn network_policy_component_admits_only_what_must_reach_the_webhook_and_the_pdp(
         .filter_map(|p| p["hostPort"].as_i64())
         .collect();
     assert_eq!(published, vec![3593]);
+}
+
+#[test]
+fn node_local_flagd_profiles_match_the_flagd_daemonset() {
+    // The shipped flagd-node profiles point apps at the ports the flagd-node DaemonSet publishes on the node,
+    // and never at a socket, which that DaemonSet does not serve.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config =
+        pdp_injector::config::Config::load(&root.join("manifests/base/config.yaml")).unwrap();
+    let ds = docs("manifests/components/flagd-node/daemonset.yaml")
+        .into_iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .unwrap();
+    let pod = &ds["spec"]["template"]["spec"];
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v.get("hostPath").is_none())
+    );
+    let flagd = &pod["containers"][0];
+    let host_ports: BTreeSet<u64> = flagd["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["hostPort"].as_u64())
+        .collect();
+    assert_eq!(host_ports, BTreeSet::from([8013, 8015]));
+    let args: Vec<&str> = flagd["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        args.contains(&"--port=8013") && args.contains(&"--sync-port=8015"),
+        "{args:?}"
+    );
+    assert!(
+        !args.iter().any(|a| a.starts_with("--socket-path")),
+        "{args:?}"
+    );
+    for (name, port, resolver) in [
+        ("flagd-node", 8013, "rpc"),
+        ("flagd-in-process", 8015, "in-process"),
+    ] {
+        let p = &config.profiles[name];
+        assert!(!p.host_socket, "{name} must not mount a node socket");
+        assert_eq!(p.address_port, port, "{name}");
+        assert!(host_ports.contains(&u64::from(p.address_port)), "{name}");
+        let resolver_var = p
+            .app_env
+            .iter()
+            .find(|e| e.name == "FLAGD_RESOLVER")
+            .unwrap();
+        assert_eq!(resolver_var.value.as_deref(), Some(resolver), "{name}");
+    }
+    // The sync sidecar's only source is the node's sync port, reached at the node's IP.
+    let sync = &config.profiles["flagd-sync"];
+    assert!(sync.volumes.is_empty());
+    assert!(
+        sync.args
+            .contains(&"--uri=grpc://$(FLAGD_NODE_HOST):8015".to_string()),
+        "{:?}",
+        sync.args
+    );
+    let node_host = sync
+        .env
+        .iter()
+        .find(|e| e.name == "FLAGD_NODE_HOST")
+        .unwrap();
+    let field = node_host
+        .value_from
+        .as_ref()
+        .unwrap()
+        .field_ref
+        .as_ref()
+        .unwrap();
+    assert_eq!(field.field_path, "status.hostIP");
 }

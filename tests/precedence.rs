@@ -155,7 +155,8 @@ fn annotation_beats_label_of_the_same_key() {
     );
     assert!(d.message.contains("\"on\""), "{}", d.message);
     assert!(
-        d.message.contains("sidecar, daemonset, enabled, disabled"),
+        d.message
+            .contains("sidecar, daemonset, central, enabled, disabled"),
         "{}",
         d.message
     );
@@ -169,7 +170,7 @@ fn denial_messages_name_key_value_and_valid_values() {
     };
     assert_eq!(
         d.message,
-        "invalid value \"sidecars\" for annotation pdp-injector.io/inject: valid values are sidecar, daemonset, enabled, disabled"
+        "invalid value \"sidecars\" for annotation pdp-injector.io/inject: valid values are sidecar, daemonset, central, enabled, disabled"
     );
     assert_eq!(d.reason.code(), "invalid_annotation");
 }

@@ -50,19 +50,21 @@ fn gen_pod(rng: &mut Rng) -> Pod {
     if rng.chance(60) {
         annotations.insert(
             "pdp-injector.io/inject".to_string(),
-            rng.pick(&["sidecar", "daemonset", "enabled", "disabled"])
+            rng.pick(&["sidecar", "daemonset", "central", "enabled", "disabled"])
                 .to_string(),
         );
     } else if rng.chance(20) {
         labels.insert(
             "pdp-injector.io/inject".to_string(),
-            rng.pick(&["sidecar", "daemonset", "enabled"]).to_string(),
+            rng.pick(&["sidecar", "daemonset", "central", "enabled"])
+                .to_string(),
         );
     }
     if rng.chance(30) {
         annotations.insert(
             "pdp-injector.io/profile".into(),
-            rng.pick(&["cerbos", "flagd"]).into(),
+            rng.pick(&["cerbos", "flagd", "cerbos,flagd", "flagd, cerbos"])
+                .into(),
         );
     }
     for i in 0..rng.below(3) {
@@ -162,7 +164,7 @@ fn gen_namespace(rng: &mut Rng) -> NamespaceInfo {
     let mut ns = NamespaceInfo::named(rng.pick(&["shop", "team-a", "kube-system"]));
     if rng.chance(40) {
         ns.injection = Some(
-            rng.pick(&["enabled", "sidecar", "daemonset", "disabled"])
+            rng.pick(&["enabled", "sidecar", "daemonset", "central", "disabled"])
                 .to_string(),
         );
     }
@@ -177,7 +179,11 @@ fn gen_namespace(rng: &mut Rng) -> NamespaceInfo {
 
 #[test]
 fn generated_pods_hold_the_core_properties() {
-    let config = Config::builtin();
+    // cerbos names a central Service and flagd does not: central mode is both wired and refused.
+    let config = Config::from_yaml(
+        "profiles:\n  cerbos:\n    central:\n      address: cerbos.cerbos.svc.cluster.local:3593\n",
+    )
+    .unwrap();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut injected = 0;
     let mut seen = std::collections::BTreeSet::new();
@@ -310,6 +316,8 @@ fn generated_pods_hold_the_core_properties() {
     for code in [
         "injected_sidecar",
         "injected_daemonset",
+        "injected_central",
+        "no_central_address",
         "excluded_namespace",
         "opted_out",
         "not_opted_in",
@@ -531,4 +539,41 @@ fn review_reads_only_what_it_needs_whatever_the_order() {
         1,
     );
     assert!(review(body.as_bytes(), &config, &lookup).is_err());
+}
+
+#[test]
+fn review_keeps_an_app_value_of_a_fixed_profile_variable() {
+    // appEnv variables (the shipped flagd-in-process profile's FLAGD_RESOLVER) are injected like the address: a
+    // container that defines one keeps its value, with a warning.
+    use base64::Engine;
+    use pdp_injector::admission::review;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config = Config::load(&root.join("manifests/base/config.yaml")).unwrap();
+    let pod = serde_json::json!({
+        "metadata": {"name": "p", "annotations": {
+            "pdp-injector.io/inject": "daemonset", "pdp-injector.io/profile": "flagd-in-process"}},
+        "spec": {"containers": [{"name": "app", "image": "x",
+            "env": [{"name": "FLAGD_RESOLVER", "value": "rpc"}, {"name": "FLAGD_SYNC_PORT", "value": "9"}]}]}
+    });
+    let body = review_body(&pod, "shop", "CREATE", false);
+    let lookup = |name: &str| NamespaceInfo::named(name);
+    let (bytes, summary) = review(body.as_bytes(), &config, &lookup).unwrap();
+    assert_eq!(summary.reason, Reason::InjectedDaemonset);
+    assert!(summary.warnings >= 1);
+    let out: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(out["response"]["patch"].as_str().unwrap())
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+    let typed: Pod = serde_json::from_value(pod).unwrap();
+    let stored = patched(&typed, &patch).unwrap();
+    let env = stored.spec.unwrap().containers[0].env.clone().unwrap();
+    let resolver: Vec<_> = env.iter().filter(|e| e.name == "FLAGD_RESOLVER").collect();
+    assert_eq!(resolver.len(), 1, "{env:?}");
+    assert_eq!(resolver[0].value.as_deref(), Some("rpc"));
+    assert!(
+        out["response"]["warnings"]
+            .to_string()
+            .contains("FLAGD_RESOLVER")
+    );
 }

@@ -234,8 +234,12 @@ fn check_pair(input: &Value, output: &Value, config: &Config, ctx: &str) -> usiz
         if input["metadata"]["annotations"].get(key) == Some(value) {
             continue;
         }
+        // One status per profile: the first in pdp-injector.io/status, each further one under its name.
         assert!(
             key == "pdp-injector.io/status"
+                || key
+                    .strip_prefix("pdp-injector.io/status-")
+                    .is_some_and(|p| config.profiles.contains_key(p))
                 || key == "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes",
             "{ctx}: annotation {key} written"
         );
@@ -439,9 +443,15 @@ fn hostile_values_on_pdp_injector_keys_are_refused_or_ignored() {
                 // Names the only valid spellings: no hostile value slips through.
                 let valid = match key {
                     "pdp-injector.io/inject" => {
-                        ["sidecar", "daemonset", "enabled", "disabled"].contains(&value.as_str())
+                        ["sidecar", "daemonset", "central", "enabled", "disabled"]
+                            .contains(&value.as_str())
                     }
-                    "pdp-injector.io/profile" => config.profiles.contains_key(&value),
+                    "pdp-injector.io/profile" => {
+                        // A profile, or a comma list of distinct profiles.
+                        let names: Vec<&str> = value.split(',').map(str::trim).collect();
+                        names.iter().all(|p| config.profiles.contains_key(*p))
+                            && names.iter().collect::<BTreeSet<_>>().len() == names.len()
+                    }
                     _ => {
                         value
                             .split(',')

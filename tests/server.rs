@@ -256,7 +256,7 @@ async fn reviews_over_https() {
         out["response"]["status"]["message"]
             .as_str()
             .unwrap()
-            .contains("valid values are sidecar, daemonset, enabled, disabled")
+            .contains("valid values are sidecar, daemonset, central, enabled, disabled")
     );
 
     // dry run: identical answer

@@ -246,7 +246,7 @@ pub fn config(data: &[u8]) {
     let classic = config.clone().with_classic_sidecars();
     for config in [&config, &classic] {
         for profile in config.profiles.keys() {
-            for mode in ["sidecar", "daemonset"] {
+            for mode in ["sidecar", "daemonset", "central"] {
                 let mut review = builtin_fixture();
                 review["request"]["object"]["metadata"]["annotations"] = json!({
                     "pdp-injector.io/inject": mode,
@@ -279,7 +279,7 @@ pub fn offline(data: &[u8]) {
         for r in &reports {
             let code = r.reason.map(|r| r.code()).unwrap_or("");
             assert!(
-                !matches!(code, "injected_sidecar" | "injected_daemonset" | "rewired"),
+                !matches!(code, "injected_sidecar" | "injected_daemonset" | "injected_central" | "rewired"),
                 "second pass {code} document {}",
                 r.index
             );

@@ -42,6 +42,7 @@ STATUS = "pdp-injector.io/status"
 INJECT = "pdp-injector.io/inject"
 PROFILE = "pdp-injector.io/profile"
 NS_LABEL = "pdp-injector.io/injection"
+CENTRAL_ADDR = "cerbos.cerbos.svc.cluster.local:3593"
 PSS_LABEL = "pod-security.kubernetes.io/enforce"
 # Kubernetes 1.21+ sets this label on every namespace; the webhook configuration's exclusions rely on it.
 NAME_LABEL = "kubernetes.io/metadata.name"
@@ -482,6 +483,10 @@ class Harness:
         cfg = yaml.safe_load(BASE_CONFIG.read_text()) or {}
         classic = {"extends": "cerbos", "sidecar": {"placement": "afterInit", "native": False, "unixSocket": False}}
         cfg.setdefault("profiles", {})["cerbos-classic"] = classic
+        # Central mode points at a Service; nothing needs to answer there for admission.
+        cerbos = cfg["profiles"].setdefault("cerbos", {}) or {}
+        cerbos["central"] = {"address": CENTRAL_ADDR}
+        cfg["profiles"]["cerbos"] = cerbos
         self.config_path = self.workdir / "config.yaml"
         self.config_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         # The offline injector cannot be told the server version. Against a server without native sidecars the
@@ -707,7 +712,7 @@ def _(h):
     ns = h.namespace("invalid")
     out, err, rc = h.create(pod("app", ns, annotations={INJECT: "sidecars"}))
     check(rc != 0, "a Pod with pdp-injector.io/inject=sidecars was admitted")
-    for needle in ["pdp-injector.io/inject", '"sidecars"', "sidecar, daemonset, enabled, disabled"]:
+    for needle in ["pdp-injector.io/inject", '"sidecars"', "sidecar, daemonset, central, enabled, disabled"]:
         check(needle in err, f"denial message lacks {needle!r}: {one_line(err)}")
     check(h.get("pod", "app", ns) is None, "the denied Pod was stored")
 
@@ -1098,6 +1103,44 @@ def _(h):
     finally:
         h.kubectl("delete", "pod", "-n", ns, "app", "--wait=false", check_rc=False)
         h.kubectl("delete", "node", node, "--wait=false", check_rc=False)
+@case("pod-annotation-central")
+def _(h):
+    ns = h.namespace("pod-ann-central")
+    stored, _ = create_and_compare(h, pod("app", ns, annotations={INJECT: "central"}))
+    st = status_of(stored)
+    check(st and st["mode"] == "central" and st["reason"] == "injected_central", f"status annotation: {st}")
+    env = {e["name"]: e.get("value") for e in stored["spec"]["containers"][0].get("env") or []}
+    check(env.get("CERBOS_PDP_ADDR") == CENTRAL_ADDR, f"CERBOS_PDP_ADDR as stored: {env}")
+    check(not stored["spec"].get("volumes") and not stored["spec"].get("initContainers"),
+          "central mode added volumes or containers")
+
+
+@case("namespace-opt-in-central", needs="namespace watch")
+def _(h):
+    stored, expected, *_ = namespace_case(h, "central")
+    check((status_of(stored) or {}).get("mode") == "central",
+          "not wired centrally in a namespace labelled pdp-injector.io/injection=central")
+    assert_contains(expected, stored, "stored Pod")
+
+
+@case("several-profiles-reinvocation")
+def _(h):
+    # cerbos and flagd-node in one Pod, then a second webhook adds a container: each profile wires it once.
+    ns = h.namespace("several", {ADDER_NS_LABEL: "on"})
+    p = pod("app", ns, annotations={INJECT: "daemonset", PROFILE: "cerbos,flagd-node", ADD_ANNOTATION: "late"})
+    first = h.offline(p)[0]
+    first["spec"]["containers"].append({"name": "late", "image": PAUSE})
+    expected = h.offline(first)[0]
+    h.must_create(p)
+    stored = h.get("pod", "app", ns)
+    late = by_name(stored["spec"]["containers"], "late")
+    check(late, "container 'late' from the second webhook is missing")
+    for var in ["CERBOS_PDP_ADDR", "FLAGD_ADDR", "FLAGD_RESOLVER"]:
+        for c in (stored["spec"]["containers"][0], late):
+            check(env_names(c).count(var) == 1, f"{c['name']} not wired exactly once with {var}: {env_names(c)}")
+    ann = stored["metadata"].get("annotations") or {}
+    check("pdp-injector.io/status-flagd-node" in ann, f"no status of the second profile: {ann}")
+    assert_contains(expected, stored, "stored Pod")
 
 
 # -- the webhook down, then back ----------------------------------------------------------------------------------
@@ -1118,7 +1161,7 @@ def _(h):
 @case("webhook-down-fail-blocks-opted-in-namespaces")
 def _(h):
     check(not h.alive("pdp-injector"), "the webhook is still running")
-    for value in ["enabled", "sidecar", "daemonset"]:
+    for value in ["enabled", "sidecar", "daemonset", "central"]:
         ns = h.namespace(f"down-fail-{value}", {NS_LABEL: value})
         out, err, rc = h.create(pod("app", ns))
         check(rc != 0, f"a Pod in a namespace labelled {value} was admitted while the webhook is down")

@@ -669,6 +669,9 @@ fn namespaces_section(
         };
         let meaning = match (mode, level) {
             (Mode::Sidecar, _) => "the sidecar meets every level".to_string(),
+            (Mode::Central, _) => {
+                "central wiring: variables only, which every level allows".to_string()
+            }
             (Mode::Daemonset, PssLevel::Privileged) => {
                 "daemonset wiring with the node's socket and TCP".to_string()
             }

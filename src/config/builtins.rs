@@ -93,6 +93,9 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
             mount_path: "/policies".into(),
         }],
         mtls: None,
+        central: None,
+        app_env: vec![],
+        host_socket: true,
     };
     let flagd = Profile {
         image: "ghcr.io/open-feature/flagd:v0.12.9".into(),
@@ -143,6 +146,9 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
             mount_path: "/etc/flagd".into(),
         }],
         mtls: None,
+        central: None,
+        app_env: vec![],
+        host_socket: true,
     };
     BTreeMap::from([("cerbos".into(), cerbos), ("flagd".into(), flagd)])
 }

@@ -34,6 +34,8 @@ pub enum Mode {
     Sidecar,
     /// The node-local PDP of a DaemonSet, reached through the Downward API and a hostPath socket.
     Daemonset,
+    /// A PDP behind a Service that the profile names (`central.address`): no container, no hostPath.
+    Central,
 }
 
 impl Mode {
@@ -42,6 +44,7 @@ impl Mode {
         match self {
             Mode::Sidecar => "sidecar",
             Mode::Daemonset => "daemonset",
+            Mode::Central => "central",
         }
     }
 }
@@ -201,6 +204,60 @@ pub struct MtlsSpec {
     pub mount_path: String,
 }
 
+/// Where central mode points: a PDP that runs as an ordinary Deployment behind a Service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CentralSpec {
+    /// `host:port` of the Service, for example `cerbos.cerbos.svc.cluster.local:3593`; an IPv6 host is written
+    /// in brackets (`[fd00::1]:3593`).
+    pub address: String,
+}
+
+impl CentralSpec {
+    /// The host (without brackets) and the port of `address`, or why it is not a usable `host:port`.
+    pub fn host_port(&self) -> Result<(&str, u16), String> {
+        let a = self.address.as_str();
+        let (host, port) = a
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{a:?} is not host:port (no port)"))?;
+        let port: u16 = port
+            .parse()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("{a:?} has no valid port (1-65535) after the last ':'"))?;
+        let host = match host.strip_prefix('[') {
+            Some(rest) => {
+                let inner = rest
+                    .strip_suffix(']')
+                    .ok_or_else(|| format!("{a:?}: an IPv6 host needs its closing ']'"))?;
+                inner
+                    .parse::<std::net::Ipv6Addr>()
+                    .map_err(|_| format!("{a:?}: {inner:?} is not an IPv6 address"))?;
+                inner
+            }
+            None => {
+                // A DNS name or an IPv4 address: lowercase labels of letters, digits and '-', dot-separated.
+                // Anything else (spaces, '$(', '/', a scheme) would end up verbatim in the app's variables.
+                let label_ok = |l: &str| {
+                    !l.is_empty()
+                        && l.len() <= 63
+                        && !l.starts_with('-')
+                        && !l.ends_with('-')
+                        && l.bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                };
+                if host.len() > 253 || !host.split('.').all(label_ok) {
+                    return Err(format!(
+                        "{a:?}: host {host:?} is not a DNS name or an IP address (lowercase letters, digits, '-' and '.')"
+                    ));
+                }
+                host
+            }
+        };
+        Ok((host, port))
+    }
+}
+
 /// Everything pdp-injector needs to wire a Pod to one kind of PDP. Admin-owned.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -237,6 +294,22 @@ pub struct Profile {
     pub volumes: Vec<ProfileVolume>,
     /// Optional client mTLS Secret mounted into app containers.
     pub mtls: Option<MtlsSpec>,
+    /// The Service of central mode; without it, central mode is refused for this profile. Left out of the
+    /// serialized config when unset, so configs without it keep their hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub central: Option<CentralSpec>,
+    /// Fixed variables app containers get besides the address (flagd's `FLAGD_RESOLVER=in-process`, for a
+    /// provider that must sync instead of calling per evaluation). Plain values only: nothing from the Pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub app_env: Vec<EnvVar>,
+    /// `false`: daemonset mode gives the TCP address only, never the node's socket, for a node-local PDP that
+    /// serves no socket (the shipped node-local flagd). Serialized only when `false`, so hashes stay put.
+    #[serde(skip_serializing_if = "is_true")]
+    pub host_socket: bool,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// A profile as written in the file: every field optional, laid over the profile it `extends` (by default the
@@ -261,6 +334,9 @@ struct ProfileFile {
     sidecar: Option<SidecarSpec>,
     volumes: Option<Vec<ProfileVolume>>,
     mtls: Option<MtlsSpec>,
+    central: Option<CentralSpec>,
+    app_env: Option<Vec<EnvVar>>,
+    host_socket: Option<bool>,
 }
 
 /// The file as written.
@@ -393,6 +469,13 @@ impl Config {
                 profiles.keys().cloned().collect::<Vec<_>>().join(", ")
             )));
         }
+        let default_mode = file.default_mode.unwrap_or(Mode::Daemonset);
+        if default_mode == Mode::Central && profiles[&default_profile].central.is_none() {
+            return Err(ConfigError::Invalid(format!(
+                "defaultMode is central but the default profile {default_profile:?} has no central.address: \
+                 set profiles.{default_profile}.central.address (host:port of the PDP's Service)"
+            )));
+        }
         let webhook_namespace = file
             .webhook_namespace
             .unwrap_or_else(|| "pdp-system".into());
@@ -403,7 +486,7 @@ impl Config {
         excluded.insert(webhook_namespace.clone());
         excluded.extend(file.excluded_namespaces.unwrap_or_default());
         let mut config = Config {
-            default_mode: file.default_mode.unwrap_or(Mode::Daemonset),
+            default_mode,
             default_profile,
             inject_by_default: file.inject_by_default.unwrap_or(false),
             webhook_namespace,
@@ -476,6 +559,9 @@ fn merge_profile(
             sidecar: o.sidecar.unwrap_or(b.sidecar),
             volumes: o.volumes.unwrap_or(b.volumes),
             mtls: o.mtls.or(b.mtls),
+            central: o.central.or(b.central),
+            app_env: o.app_env.unwrap_or(b.app_env),
+            host_socket: o.host_socket.unwrap_or(b.host_socket),
         }),
         None => {
             let ports = o.ports.ok_or_else(|| missing("ports"))?;
@@ -504,6 +590,9 @@ fn merge_profile(
                 }),
                 volumes: o.volumes.unwrap_or_default(),
                 mtls: o.mtls,
+                central: o.central,
+                app_env: o.app_env.unwrap_or_default(),
+                host_socket: o.host_socket.unwrap_or(true),
             })
         }
     }

@@ -424,3 +424,107 @@ fn pss_levels_parse_strictly() {
     assert_eq!(PssLevel::from_label("restricted"), PssLevel::Restricted);
     assert_eq!(PssLevel::from_label("Privileged"), PssLevel::Restricted);
 }
+
+#[test]
+fn central_addresses_parse_or_name_what_is_wrong() {
+    let spec = |a: &str| CentralSpec { address: a.into() };
+    assert_eq!(
+        spec("cerbos.cerbos.svc.cluster.local:3593").host_port(),
+        Ok(("cerbos.cerbos.svc.cluster.local", 3593))
+    );
+    assert_eq!(
+        spec("10.96.0.10:3593").host_port(),
+        Ok(("10.96.0.10", 3593))
+    );
+    assert_eq!(spec("[fd00::a]:3593").host_port(), Ok(("fd00::a", 3593)));
+    for bad in [
+        "cerbos",
+        "cerbos:",
+        "cerbos:0",
+        "cerbos:70000",
+        ":3593",
+        "http://cerbos:3593",
+        "Cerbos:3593",
+        "$(HOST):3593",
+        "a..b:3593",
+        "fd00::a:3593",
+        "[fd00::a:3593",
+        "[not-v6]:3593",
+    ] {
+        assert!(spec(bad).host_port().is_err(), "{bad} accepted");
+    }
+}
+
+#[test]
+fn central_is_a_profile_setting_checked_at_load() {
+    let c = Config::from_yaml(
+        "profiles:\n  cerbos:\n    central:\n      address: cerbos.cerbos.svc:3593\n  mine:\n    extends: cerbos\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.profiles["mine"].central.as_ref().unwrap().address,
+        "cerbos.cerbos.svc:3593",
+        "extends carries the central address"
+    );
+    assert_eq!(Config::builtin().profiles["cerbos"].central, None);
+    let e = Config::from_yaml(
+        "profiles:\n  cerbos:\n    central:\n      address: http://cerbos:3593\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("profile \"cerbos\": central.address"), "{e}");
+    let e = Config::from_yaml("defaultMode: central\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("defaultMode is central") && e.contains("profiles.cerbos.central.address"),
+        "{e}"
+    );
+    let c = Config::from_yaml(
+        "defaultMode: central\nprofiles:\n  cerbos:\n    central:\n      address: cerbos:3593\n",
+    )
+    .unwrap();
+    assert_eq!(c.default_mode, Mode::Central);
+    // A config without central keeps the hash it had before the setting existed.
+    assert_eq!(Config::builtin().hash, Config::from_yaml("").unwrap().hash);
+}
+
+#[test]
+fn app_env_takes_plain_distinct_values_only() {
+    let load =
+        |app_env: &str| Config::from_yaml(&format!("profiles:\n  flagd:\n    appEnv:\n{app_env}"));
+    let c = load("      - {name: FLAGD_RESOLVER, value: in-process}\n").unwrap();
+    assert_eq!(c.profiles["flagd"].app_env[0].name, "FLAGD_RESOLVER");
+    for (bad, why) in [
+        (
+            "      - name: X\n        valueFrom: {fieldRef: {fieldPath: metadata.name}}\n",
+            "plain value",
+        ),
+        ("      - {name: X}\n", "plain value"),
+        (
+            "      - {name: FLAGD_PORT, value: \"1\"}\n",
+            "also one of envNames",
+        ),
+        (
+            "      - {name: X, value: a}\n      - {name: X, value: b}\n",
+            "twice",
+        ),
+        (
+            "      - {name: \"1X\", value: a}\n",
+            "not a valid environment variable name",
+        ),
+    ] {
+        let e = load(bad).unwrap_err().to_string();
+        assert!(e.contains(why), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn host_socket_defaults_on_and_leaves_the_hash_alone() {
+    let c = Config::from_yaml("profiles:\n  mine:\n    extends: flagd\n    hostSocket: false\n")
+        .unwrap();
+    assert!(Config::builtin().profiles["flagd"].host_socket);
+    assert!(!c.profiles["mine"].host_socket);
+    // Unset appEnv and hostSocket are left out of the hashed config: the built-in hash is what the docs show.
+    assert_eq!(Config::builtin().hash, "8316f906c439");
+}

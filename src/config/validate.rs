@@ -72,9 +72,29 @@ pub(super) fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigErro
             p.health.path
         ));
     }
+    if let Some(c) = &p.central {
+        c.host_port()
+            .map_err(|e| ConfigError::Invalid(format!("profile {name:?}: central.address {e}")))?;
+    }
     let names = [&p.env_names.host, &p.env_names.address, &p.env_names.socket];
     for n in names.iter().copied().chain(p.env_names.port.as_ref()) {
         validate_env_name(name, n)?;
+    }
+    let mut fixed = BTreeSet::new();
+    for e in &p.app_env {
+        validate_env_name(name, &e.name)?;
+        if e.value_from.is_some() || e.value.is_none() {
+            return bad(format!(
+                "appEnv {:?} must have a plain value (no valueFrom): app variables never come from the Pod",
+                e.name
+            ));
+        }
+        if names.contains(&&e.name) || p.env_names.port.as_ref() == Some(&e.name) {
+            return bad(format!("appEnv {:?} is also one of envNames", e.name));
+        }
+        if !fixed.insert(&e.name) {
+            return bad(format!("appEnv {:?} is listed twice", e.name));
+        }
     }
     let distinct: BTreeSet<&String> = names
         .iter()

@@ -14,6 +14,8 @@ pub enum Reason {
     InjectedSidecar,
     /// The Pod was wired to its node's PDP.
     InjectedDaemonset,
+    /// The Pod was wired to the central PDP Service its profile names.
+    InjectedCentral,
     /// An already injected Pod got a container wired that another webhook added after us.
     Rewired,
     /// Not a Pod, not a CREATE, or a subresource: nothing to do.
@@ -44,6 +46,9 @@ pub enum Reason {
     HostNetworkSidecar,
     /// The admission request's object is not a valid Pod.
     InvalidObject,
+    /// Central mode was asked for, but the profile names no Service (`central.address`): the Pod is refused
+    /// rather than run without a PDP address.
+    NoCentralAddress,
     /// The apiserver sent the Pod through the entry for opted-in namespaces, but the webhook could not read the
     /// namespace to confirm it: the Pod is refused rather than run without its PDP (the controller retries).
     NamespaceUnreadable,
@@ -55,6 +60,7 @@ impl Reason {
         match self {
             Reason::InjectedSidecar => "injected_sidecar",
             Reason::InjectedDaemonset => "injected_daemonset",
+            Reason::InjectedCentral => "injected_central",
             Reason::Rewired => "rewired",
             Reason::NotAPodCreate => "not_a_pod_create",
             Reason::ExcludedNamespace => "excluded_namespace",
@@ -71,13 +77,17 @@ impl Reason {
             Reason::HostNetworkSidecar => "host_network_sidecar",
             Reason::InvalidObject => "invalid_object",
             Reason::NamespaceUnreadable => "namespace_unreadable",
+            Reason::NoCentralAddress => "no_central_address",
         }
     }
 
     /// `inject`, `skip` or `deny`: the decision each reason belongs to.
     pub fn decision(self) -> &'static str {
         match self {
-            Reason::InjectedSidecar | Reason::InjectedDaemonset | Reason::Rewired => "inject",
+            Reason::InjectedSidecar
+            | Reason::InjectedDaemonset
+            | Reason::InjectedCentral
+            | Reason::Rewired => "inject",
             Reason::NotAPodCreate
             | Reason::ExcludedNamespace
             | Reason::MirrorPod
@@ -92,14 +102,16 @@ impl Reason {
             | Reason::NameCollision
             | Reason::HostNetworkSidecar
             | Reason::InvalidObject
-            | Reason::NamespaceUnreadable => "deny",
+            | Reason::NamespaceUnreadable
+            | Reason::NoCentralAddress => "deny",
         }
     }
 
     /// Every reason, for documentation and for metrics that must show zeros.
-    pub const ALL: [Reason; 18] = [
+    pub const ALL: [Reason; 20] = [
         Reason::InjectedSidecar,
         Reason::InjectedDaemonset,
+        Reason::InjectedCentral,
         Reason::Rewired,
         Reason::NotAPodCreate,
         Reason::ExcludedNamespace,
@@ -116,6 +128,7 @@ impl Reason {
         Reason::HostNetworkSidecar,
         Reason::InvalidObject,
         Reason::NamespaceUnreadable,
+        Reason::NoCentralAddress,
     ];
 }
 

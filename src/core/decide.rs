@@ -68,8 +68,8 @@ enum PodChoice {
     Disabled,
 }
 
-const POD_VALUES: &str = "sidecar, daemonset, enabled, disabled";
-const NAMESPACE_VALUES: &str = "enabled, sidecar, daemonset, disabled";
+const POD_VALUES: &str = "sidecar, daemonset, central, enabled, disabled";
+const NAMESPACE_VALUES: &str = "enabled, sidecar, daemonset, central, disabled";
 
 /// Checks a value of the namespace label `pdp-injector.io/injection` (the `inject` command's `--mode` stands
 /// for it), with the message that lists the valid values.
@@ -84,6 +84,7 @@ fn parse_choice(value: &str) -> Option<PodChoice> {
     match value {
         "sidecar" => Some(PodChoice::Mode(Mode::Sidecar)),
         "daemonset" => Some(PodChoice::Mode(Mode::Daemonset)),
+        "central" => Some(PodChoice::Mode(Mode::Central)),
         "enabled" => Some(PodChoice::Enabled),
         "disabled" => Some(PodChoice::Disabled),
         _ => None,
@@ -221,18 +222,10 @@ pub fn decide(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Decisio
         (Some(PodChoice::Disabled), _) => unreachable!("handled above"),
     };
 
-    let profile = match pod.annotation(ANNOTATION_PROFILE) {
-        None => config.default_profile.clone(),
-        Some(p) if config.profiles.contains_key(p) => p.to_string(),
-        Some(p) => {
-            return Decision::Deny(Denial {
-                reason: Reason::UnknownProfile,
-                message: format!(
-                    "unknown profile {p:?} in annotation {ANNOTATION_PROFILE}: valid profiles are {}",
-                    config.profile_names()
-                ),
-            });
-        }
+    // A comma list wires each profile independently (core::pipeline); the plan carries the first.
+    let profile = match pod_profiles(pod, config) {
+        Ok(mut list) => list.swap_remove(0),
+        Err(d) => return Decision::Deny(d),
     };
     let containers = match select_containers(pod, config) {
         Ok(c) => c,
@@ -246,6 +239,61 @@ pub fn decide(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Decisio
         previous: None,
         warnings: vec![],
     }))
+}
+
+/// The profiles the Pod asks for, in its order: the `pdp-injector.io/profile` annotation (one name, or a comma
+/// list), else the config's default profile. Never empty; each name is a profile of the config, listed once.
+pub fn pod_profiles(pod: &PodView<'_>, config: &Config) -> Result<Vec<String>, Denial> {
+    let Some(value) = pod.annotation(ANNOTATION_PROFILE) else {
+        return Ok(vec![config.default_profile.clone()]);
+    };
+    let names: Vec<&str> = value.split(',').map(str::trim).collect();
+    let mut out: Vec<String> = Vec::with_capacity(names.len());
+    for p in &names {
+        if p.is_empty() {
+            return Err(Denial {
+                reason: Reason::InvalidAnnotation,
+                message: format!(
+                    "invalid value {value:?} for annotation {ANNOTATION_PROFILE}: an empty profile name; valid values are a profile or a comma list of profiles: {}",
+                    config.profile_names()
+                ),
+            });
+        }
+        if !config.profiles.contains_key(*p) {
+            return Err(Denial {
+                reason: Reason::UnknownProfile,
+                message: format!(
+                    "unknown profile {p:?} in annotation {ANNOTATION_PROFILE}: valid profiles are {}",
+                    config.profile_names()
+                ),
+            });
+        }
+        if out.iter().any(|o| o == p) {
+            return Err(Denial {
+                reason: Reason::InvalidAnnotation,
+                message: format!(
+                    "invalid value {value:?} for annotation {ANNOTATION_PROFILE}: profile {p:?} is listed twice"
+                ),
+            });
+        }
+        // Each further profile records its status under its own key, whose name part has at most 63 characters.
+        if names.len() > 1 && status_key(p).len() - "pdp-injector.io/".len() > 63 {
+            return Err(Denial {
+                reason: Reason::InvalidAnnotation,
+                message: format!(
+                    "invalid value {value:?} for annotation {ANNOTATION_PROFILE}: profile name {p:?} is too long to be one of several (at most 56 characters)"
+                ),
+            });
+        }
+        out.push(p.to_string());
+    }
+    Ok(out)
+}
+
+/// The annotation holding the status of `profile` when it is not the Pod's first profile: the first keeps
+/// `pdp-injector.io/status`, so a Pod with one profile looks exactly as before.
+pub fn status_key(profile: &str) -> String {
+    format!("{ANNOTATION_STATUS}-{profile}")
 }
 
 /// A Pod that carries our status annotation was injected before (a reinvocation, or a copied manifest): keep its

@@ -3,19 +3,26 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::config::{Config, Mode};
-use crate::core::render::render;
+use json_patch::{Patch, PatchOperation};
+use serde_json::Value;
+
+use crate::config::{Config, Mode, Profile, PssLevel};
+use crate::core::decide::{pod_profiles, status_key};
+use crate::core::render::{app_env, render};
 use crate::core::view::{PodView, pod_json};
-use crate::core::{Decision, Denial, NamespaceInfo, Plan, Reason, Warning, decide};
+use crate::core::{
+    Decision, Denial, NamespaceInfo, Plan, Reason, Status, Warning, WarningCode, decide,
+};
+use crate::names::ANNOTATION_STATUS;
 
 /// A Pod that gets wired.
 #[derive(Debug, Clone)]
 pub struct Injected {
-    /// `injected_sidecar`, `injected_daemonset` or `rewired`.
+    /// `injected_sidecar`, `injected_daemonset`, `injected_central` or `rewired`.
     pub reason: Reason,
     /// The wiring.
     pub mode: Mode,
-    /// The profile used.
+    /// The profile used (the first, when the Pod lists several).
     pub profile: String,
     /// What the status annotation records after this wiring.
     pub status: crate::core::Status,
@@ -97,23 +104,27 @@ pub fn inject_view(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Ou
     wire(pod, plan, config)
 }
 
-/// Renders a plan that [`decide`] made for `pod`.
+/// Renders a plan that [`decide`] made for `pod`, then each further profile the Pod lists.
 pub fn wire(pod: &PodView<'_>, plan: Plan, config: &Config) -> Outcome {
     let rendered = match render(pod, &plan, config) {
         Ok(r) => r,
         Err(denial) => return Outcome::Denied(denial),
     };
-    let patch = rendered.patch;
+    let (patch, warnings) = match wire_more(rendered.patch, rendered.warnings, pod, &plan, config) {
+        Ok(r) => r,
+        Err(denial) => return Outcome::Denied(denial),
+    };
     if patch.0.is_empty() {
         return Outcome::Skipped {
             reason: Reason::AlreadyInjected,
-            warnings: rendered.warnings,
+            warnings,
         };
     }
     let reason = match (&plan.previous, plan.mode) {
         (Some(_), _) => Reason::Rewired,
         (None, Mode::Sidecar) => Reason::InjectedSidecar,
         (None, Mode::Daemonset) => Reason::InjectedDaemonset,
+        (None, Mode::Central) => Reason::InjectedCentral,
     };
     Outcome::Injected(Box::new(Injected {
         reason,
@@ -121,8 +132,219 @@ pub fn wire(pod: &PodView<'_>, plan: Plan, config: &Config) -> Outcome {
         profile: plan.profile,
         status: rendered.status,
         patch,
-        warnings: rendered.warnings,
+        warnings,
     }))
+}
+
+/// The sections of a Pod that rendering reads and writes, as JSON: what the view holds (annotations, labels,
+/// container names, `env`, `volumeMounts`, `volumes`, `hostNetwork`), at the same positions as in the Pod, so a
+/// patch rendered against it applies to the Pod unchanged.
+fn sections(pod: &PodView<'_>) -> Value {
+    let raw = |r: Option<&serde_json::value::RawValue>| {
+        r.and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+    };
+    let mut out = serde_json::Map::new();
+    if let Some(meta) = &pod.metadata {
+        let mut m = serde_json::Map::new();
+        if let Some(a) = &meta.annotations {
+            m.insert(
+                "annotations".into(),
+                serde_json::to_value(&a.0).unwrap_or_default(),
+            );
+        }
+        if let Some(l) = &meta.labels {
+            m.insert(
+                "labels".into(),
+                serde_json::to_value(&l.0).unwrap_or_default(),
+            );
+        }
+        out.insert("metadata".into(), Value::Object(m));
+    }
+    if let Some(spec) = &pod.spec {
+        let container = |c: &crate::core::view::ContainerView<'_>| {
+            let mut m = serde_json::Map::new();
+            m.insert("name".into(), Value::String(c.name.as_str().to_string()));
+            if let Some(env) = raw(c.env) {
+                m.insert("env".into(), env);
+            }
+            if let Some(mounts) = raw(c.volume_mounts) {
+                m.insert("volumeMounts".into(), mounts);
+            }
+            Value::Object(m)
+        };
+        let mut m = serde_json::Map::new();
+        if let Some(cs) = &spec.containers {
+            m.insert("containers".into(), cs.iter().map(container).collect());
+        }
+        if let Some(cs) = &spec.init_containers {
+            m.insert("initContainers".into(), cs.iter().map(container).collect());
+        }
+        if let Some(v) = raw(spec.volumes) {
+            m.insert("volumes".into(), v);
+        }
+        if let Some(h) = spec.host_network {
+            m.insert("hostNetwork".into(), Value::Bool(h));
+        }
+        out.insert("spec".into(), Value::Object(m));
+    }
+    Value::Object(out)
+}
+
+/// Wires the profiles after the first of a `pdp-injector.io/profile` comma list, each as if it were alone: its
+/// own plan (the first profile's mode, containers and Pod Security level), its own status annotation
+/// ([`status_key`]) and its own reinvocation. Each is rendered against the Pod's sections with the patches so
+/// far applied, so its operations apply in sequence after them. Two profiles that would write the same
+/// variable, container, port or volume are refused, naming both.
+fn wire_more(
+    first: Patch,
+    mut warnings: Vec<Warning>,
+    input: &PodView<'_>,
+    plan: &Plan,
+    config: &Config,
+) -> Result<(Patch, Vec<Warning>), Denial> {
+    // The list as the Pod gives it; decide has checked it. A re-wiring's first profile is the recorded one.
+    let Ok(listed) = pod_profiles(input, config) else {
+        return Ok((first, warnings));
+    };
+    if listed.len() < 2 {
+        return Ok((first, warnings));
+    }
+    let internal = |e: String| Denial {
+        reason: Reason::InvalidObject,
+        message: format!("the object is not a valid v1 Pod: {e}"),
+    };
+    let mut current = sections(input);
+    json_patch::patch(&mut current, &first).map_err(|e| internal(e.to_string()))?;
+    let mut ops = first.0;
+    let mut done: Vec<&str> = vec![plan.profile.as_str()];
+    for name in listed.iter().filter(|p| **p != plan.profile) {
+        let profile = &config.profiles[name];
+        for other in &done {
+            if let Some(why) = clash(&config.profiles[*other], profile, plan.mode, plan.pss) {
+                return Err(Denial {
+                    reason: Reason::NameCollision,
+                    message: format!(
+                        "profiles {other:?} and {name:?} cannot both be wired into this Pod in {} mode: {why}",
+                        plan.mode
+                    ),
+                });
+            }
+        }
+        done.push(name);
+        let key = status_key(name);
+        let annotations = current["metadata"]["annotations"].as_object();
+        let previous: Option<Status> = match annotations.and_then(|a| a.get(&key)) {
+            None => None,
+            Some(raw) => match raw.as_str().map(serde_json::from_str) {
+                Some(Ok(s)) => Some(s),
+                _ => {
+                    warnings.push(Warning {
+                        code: WarningCode::StatusUnreadable,
+                        message: format!(
+                            "annotation {key} is not a valid status; profile {name:?} is left as it is"
+                        ),
+                    });
+                    continue;
+                }
+            },
+        };
+        let sub = Plan {
+            mode: previous.as_ref().map_or(plan.mode, |s| s.mode),
+            profile: name.clone(),
+            containers: plan.containers.clone(),
+            pss: plan.pss,
+            previous,
+            warnings: vec![],
+        };
+        // render reads and writes pdp-injector.io/status: lend it this profile's status for the call, and move
+        // what it writes there to the profile's own key.
+        let mut lent = current.clone();
+        if let Some(a) = lent["metadata"]["annotations"].as_object_mut() {
+            a.remove(ANNOTATION_STATUS);
+            if let Some(raw) = a.remove(&key) {
+                a.insert(ANNOTATION_STATUS.into(), raw);
+            }
+        }
+        let json = lent.to_string();
+        let view = PodView::parse(&json).map_err(internal)?;
+        let out = render(&view, &sub, config)?;
+        let status_path = format!(
+            "/metadata/annotations/{}",
+            ANNOTATION_STATUS.replace('/', "~1")
+        );
+        let own_path = format!("/metadata/annotations/{}", key.replace('/', "~1"));
+        let moved: Vec<PatchOperation> = out
+            .patch
+            .0
+            .into_iter()
+            .map(|mut op| {
+                if let PatchOperation::Add(add) = &mut op
+                    && add.path.as_str() == status_path
+                {
+                    add.path = json_patch::jsonptr::PointerBuf::parse(&own_path)
+                        .expect("an annotation key makes a valid pointer");
+                }
+                op
+            })
+            .collect();
+        let moved = Patch(moved);
+        json_patch::patch(&mut current, &moved).map_err(|e| internal(e.to_string()))?;
+        ops.extend(moved.0);
+        warnings.extend(out.warnings);
+    }
+    Ok((Patch(ops), warnings))
+}
+
+/// What two profiles wired into one Pod in `mode` would both claim, if anything.
+fn clash(a: &Profile, b: &Profile, mode: Mode, pss: PssLevel) -> Option<String> {
+    let names = |p: &Profile| -> Vec<String> {
+        app_env(p, Mode::Sidecar, true)
+            .into_iter()
+            .map(|e| e.name)
+            .collect()
+    };
+    let theirs = names(b);
+    if let Some(var) = names(a).into_iter().find(|n| theirs.contains(n)) {
+        return Some(format!("both set {var} in app containers"));
+    }
+    if a.mtls.is_some() && b.mtls.is_some() {
+        return Some("both mount a client mTLS Secret as volume pdp-injector-mtls".into());
+    }
+    match mode {
+        Mode::Sidecar => {
+            if a.container_name == b.container_name {
+                return Some(format!("both add a container named {:?}", a.container_name));
+            }
+            let ports = |p: &Profile| {
+                let mut v: Vec<u16> = p.ports.iter().map(|n| n.port).collect();
+                v.push(p.health.port);
+                v
+            };
+            let theirs = ports(b);
+            if let Some(port) = ports(a).into_iter().find(|n| theirs.contains(n)) {
+                return Some(format!("both sidecars listen on port {port} of the Pod"));
+            }
+            if let Some(v) = a
+                .volumes
+                .iter()
+                .find(|v| b.volumes.iter().any(|w| w.volume.name == v.volume.name))
+            {
+                return Some(format!("both add a volume named {:?}", v.volume.name));
+            }
+            if a.sidecar.unix_socket && b.sidecar.unix_socket {
+                return Some("both share their socket as volume pdp-injector-socket".into());
+            }
+        }
+        Mode::Daemonset if pss == PssLevel::Privileged && a.host_socket && b.host_socket => {
+            return Some(
+                "both mount their node's socket as volume pdp-injector-socket; use a profile without it \
+                 (hostSocket: false, as flagd-node) for one of them"
+                    .into(),
+            );
+        }
+        Mode::Daemonset | Mode::Central => {}
+    }
+    None
 }
 
 /// `pod` with `patch` applied, as the apiserver would store it (the offline command and tests show it).

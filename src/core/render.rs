@@ -35,17 +35,36 @@ pub struct Rendered {
 }
 
 /// The variables an app container receives, in the order they are prepended.
+///
+/// Central mode takes host and port from the profile's `central.address`; a profile without one gives no
+/// variables at all, and [`render`] refuses such a Pod before it gets here.
 pub fn app_env(profile: &Profile, mode: Mode, with_socket: bool) -> Vec<EnvVar> {
     let names = &profile.env_names;
-    let port = profile.address_port;
     let value = |name: &str, value: String| EnvVar {
         name: name.to_string(),
         value: Some(value),
         value_from: None,
     };
+    if mode == Mode::Central {
+        let Some((central, Ok((host, port)))) =
+            profile.central.as_ref().map(|c| (c, c.host_port()))
+        else {
+            return vec![];
+        };
+        let mut env = vec![value(&names.host, host.to_string())];
+        if let Some(port_name) = &names.port {
+            env.push(value(port_name, port.to_string()));
+        }
+        // The address as the admin wrote it (brackets kept for IPv6), so that it is a valid host:port.
+        env.push(value(&names.address, central.address.clone()));
+        env.extend(profile.app_env.iter().cloned());
+        return env;
+    }
+    // Sidecar and daemonset from here (central returned above; its arms below are for exhaustiveness only).
+    let port = profile.address_port;
     let mut env = Vec::with_capacity(4);
     env.push(match mode {
-        Mode::Sidecar => value(&names.host, "127.0.0.1".into()),
+        Mode::Sidecar | Mode::Central => value(&names.host, "127.0.0.1".into()),
         Mode::Daemonset => EnvVar {
             name: names.host.clone(),
             value: None,
@@ -62,12 +81,13 @@ pub fn app_env(profile: &Profile, mode: Mode, with_socket: bool) -> Vec<EnvVar> 
         env.push(value(port_name, port.to_string()));
     }
     env.push(match mode {
-        Mode::Sidecar => value(&names.address, format!("127.0.0.1:{port}")),
+        Mode::Sidecar | Mode::Central => value(&names.address, format!("127.0.0.1:{port}")),
         Mode::Daemonset => value(&names.address, format!("$({}):{port}", names.host)),
     });
     if with_socket {
         env.push(value(&names.socket, profile.socket.path()));
     }
+    env.extend(profile.app_env.iter().cloned());
     env
 }
 
@@ -367,8 +387,25 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
         });
     }
 
+    if plan.mode == Mode::Central
+        && profile
+            .central
+            .as_ref()
+            .is_none_or(|c| c.host_port().is_err())
+    {
+        return Err(Denial {
+            reason: Reason::NoCentralAddress,
+            message: format!(
+                "{ANNOTATION_INJECT}=central needs the address of the PDP's Service, but profile {:?} has no \
+                 central.address in the pdp-injector config: ask the cluster admin to set \
+                 profiles.{}.central.address (host:port), or use mode sidecar or daemonset",
+                plan.profile, plan.profile
+            ),
+        });
+    }
+
     let downgraded = plan.mode == Mode::Daemonset && plan.pss > PssLevel::Privileged;
-    if downgraded && previous.is_none() {
+    if downgraded && previous.is_none() && profile.host_socket {
         warnings.push(Warning {
             code: WarningCode::DowngradedPss,
             message: format!(
@@ -379,7 +416,8 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
             ),
         });
     }
-    let socket = socket_volume(profile, plan.mode, downgraded);
+    // A profile whose node-local PDP serves no socket: TCP only, and nothing to warn about.
+    let socket = socket_volume(profile, plan.mode, downgraded || !profile.host_socket);
     // A re-wiring gives new containers exactly what the first pass gave the others.
     let with_socket = match previous {
         Some(prev) => prev.env.contains(&profile.env_names.socket),
@@ -513,6 +551,7 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
             reason: match plan.mode {
                 Mode::Sidecar => Reason::InjectedSidecar,
                 Mode::Daemonset => Reason::InjectedDaemonset,
+                Mode::Central => Reason::InjectedCentral,
             },
             config_hash: config.hash.clone(),
             version: VERSION.into(),
