@@ -7,7 +7,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY benches ./benches
-COPY examples ./examples
+COPY bench ./bench
 RUN cargo build --release --locked --bin pdp-injector
 
 FROM gcr.io/distroless/cc-debian12:nonroot

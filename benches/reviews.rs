@@ -1,5 +1,5 @@
-// Realistic AdmissionReview bodies for the benchmarks and the load script (shared with
-// examples/gen_reviews.rs through `#[path]`), so every figure is measured on the same inputs.
+// Realistic AdmissionReview bodies for the benchmarks and the load script (shared with the bench/ crate's tools,
+// gen-reviews and stages, through `#[path]` in bench/src/lib.rs), so every figure is measured on the same inputs.
 
 use serde_json::{Value, json};
 

@@ -9,12 +9,13 @@
 # --oha (also run oha, installed with `cargo install oha` if missing, at 8 connections, to cross-check the load
 # generator), --strict (exit 1 when a target is missed).
 #
-# What it does: builds the release binary and the examples (null_server, loadgen, gen_reviews, bench_report),
-# generates certificates and AdmissionReview bodies (benches/reviews.rs, the criterion benchmark's inputs), then
+# What it does: builds the release binary and the benchmark tools of bench/ (null-server, loadgen, gen-reviews,
+# bench-report), generates certificates and AdmissionReview bodies (benches/reviews.rs, the criterion benchmark's
+# inputs), then
 #   1. criterion: `cargo bench --bench core` (the core path; 22 KiB inject only with --quick);
-#   2. for each case (the request mix and each class alone), the null handler (examples/null_server.rs, same
+#   2. for each case (the request mix and each class alone), the null handler (bench/src/bin/null-server.rs, same
 #      stack, same bodies) and `pdp-injector serve` back to back (the order flips every round), each a fresh
-#      process pinned to core 0 with the load generator (examples/loadgen.rs) pinned to core 1: closed loop
+#      process pinned to core 0 with the load generator (bench/src/bin/loadgen.rs) pinned to core 1: closed loop
 #      with keep-alive at 1, 8 and 64 connections, then open loop at 1,000 req/s on 8 connections; server CPU
 #      per request from /proc/PID/stat over the measurement window, peak RSS (VmHWM); the rounds repeat all of
 #      it and the report takes medians;
@@ -43,7 +44,7 @@ while [ $# -gt 0 ]; do
         --max-wait) max_wait="$2"; shift ;;
         --oha) oha=1 ;;
         --strict) strict=1 ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -79,7 +80,7 @@ results="$out/results.jsonl"
 : > "$results"
 clk_tck="$(getconf CLK_TCK)"
 bin=target/release/pdp-injector
-ex=target/release/examples
+tools=target/release
 started_at=$(date +%s)
 
 step() { printf '==> %s\n' "$*" >&2; }
@@ -99,9 +100,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- build ---------------------------------------------------------------------------------------------------
-step "building the release binary and the examples"
-cargo build --release --locked --bin pdp-injector \
-    --example null_server --example loadgen --example gen_reviews --example bench_report >&2
+step "building the release binary and the benchmark tools (bench/)"
+cargo build --release --locked --bin pdp-injector >&2
+cargo build --release --locked -p pdp-injector-bench \
+    --bin null-server --bin loadgen --bin gen-reviews --bin bench-report >&2
 if [ "$oha" = 1 ] && ! command -v oha >/dev/null; then
     step "installing oha from crates.io"
     cargo install oha --locked >&2
@@ -109,8 +111,8 @@ fi
 
 step "certificates, bodies and the YAML stream"
 "$bin" certs --extra-san 127.0.0.1 --out-dir "$out/certs" >/dev/null 2>&1
-"$ex/gen_reviews" bodies "$out/bodies" 2>/dev/null
-"$ex/gen_reviews" stream 20000 "$out/stream.yaml"
+"$tools/gen-reviews" bodies "$out/bodies" 2>/dev/null
+"$tools/gen-reviews" stream 20000 "$out/stream.yaml"
 
 # --- a quiet machine -----------------------------------------------------------------------------------------
 # The full run starts when the 1-minute load is below 1.2, and before each step (when none of its own processes
@@ -185,7 +187,7 @@ start_server() { # floor|ours [extra serve flags]
         exit 1
     fi
     if [ "$kind" = floor ]; then
-        taskset -c 0 "$ex/null_server" --listen "127.0.0.1:$port" \
+        taskset -c 0 "$tools/null-server" --listen "127.0.0.1:$port" \
             --cert "$out/certs/tls.crt" --key "$out/certs/tls.key" 2>/dev/null &
     else
         # Logs (one line per review) go to /dev/null: their formatting is measured, not a log pipeline.
@@ -214,7 +216,7 @@ loadgen() { # label, connections, warmup, duration, rate (0 = closed loop), bodi
     for body in "$@"; do args+=(--body "$body"); done
     if [ "$rate" != 0 ]; then args+=(--rate "$rate"); fi
     local line
-    if ! line="$(taskset -c 1 "$ex/loadgen" --url "$url" --ca "$out/certs/ca.crt" "${args[@]}" \
+    if ! line="$(taskset -c 1 "$tools/loadgen" --url "$url" --ca "$out/certs/ca.crt" "${args[@]}" \
         --connections "$conns" --warmup "$warmup" --duration "$duration" --pid "$server_pid" \
         --clk-tck "$clk_tck" --label "$label" --wait 10)"; then
         echo "bench.sh: loadgen failed for $label" >&2
@@ -291,4 +293,4 @@ printf '{"kind":"meta_end","load_after":"%s","elapsed_s":%s,"waited_s":%s}\n' "$
 # --- report ------------------------------------------------------------------------------------------------------
 report_args=("$results" --criterion target/criterion --summary "$out/summary.json")
 if [ "$strict" = 1 ]; then report_args+=(--strict); fi
-"$ex/bench_report" "${report_args[@]}" | tee "$out/report.txt"
+"$tools/bench-report" "${report_args[@]}" | tee "$out/report.txt"

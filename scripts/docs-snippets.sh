@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks of the docs that need tools from npm (tests/docs.rs checks everything else, in `cargo test`):
+# Checks of the docs that need tools from npm (tests/docs/ checks everything else, in `cargo test`):
 #
 # 1. Parses the Mermaid pictures of README.md and docs/*.md with mermaid 11, what GitHub renders
 #    (scripts/check-mermaid.mjs, under jsdom).

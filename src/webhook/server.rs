@@ -564,7 +564,8 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         "h" => value * 3600.0,
         _ => return None,
     };
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+    // The value may come from a request's `?timeout=`: an absurd one is refused, never a panic.
+    Duration::try_from_secs_f64(secs).ok()
 }
 
 fn query_timeout(uri: &Uri) -> Option<Duration> {
@@ -842,6 +843,9 @@ mod tests {
     #[test]
     fn durations_parse_like_the_apiserver_writes_them() {
         assert_eq!(parse_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_duration("99999999999999999999h"), None);
+        assert_eq!(parse_duration("1e400"), None);
+        assert_eq!(parse_duration("NaN"), None);
     }
 
     #[test]

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::client::conn::http1::SendRequest;
@@ -34,104 +35,152 @@ use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+/// The flags; `--help` prints them.
+#[derive(Parser)]
+#[command(
+    name = "loadgen",
+    about = "HTTPS load generator of scripts/bench.sh: keep-alive connections POSTing weighted bodies, closed or open loop; prints one JSON object"
+)]
 struct Args {
-    addr: SocketAddr,
-    path: String,
+    /// The server: https://IP:PORT/PATH (an IP address, no name lookup).
+    #[arg(long, value_name = "URL", value_parser = parse_url)]
+    url: Target,
+    /// PEM file of the CA that signed the server's certificate.
+    #[arg(long, value_name = "FILE")]
     ca: PathBuf,
-    server_name: Option<String>,
-    bodies: Vec<(PathBuf, usize)>,
-    connections: usize,
-    duration: f64,
-    warmup: f64,
+    /// Name to check the server's certificate against (default: the URL's IP address).
+    #[arg(long, value_name = "NAME", value_parser = parse_server_name)]
+    server_name: Option<ServerName<'static>>,
+    /// A request body and its weight in the mix (default 1); repeat for a mix.
+    #[arg(long = "body", value_name = "FILE[@WEIGHT]", required = true, value_parser = parse_body)]
+    bodies: Vec<Body>,
+    /// Keep-alive connections.
+    #[arg(long, short = 'c', value_name = "N", default_value = "1",
+          value_parser = clap::value_parser!(u32).range(1..=MAX_CONNECTIONS))]
+    connections: u32,
+    /// Measurement window, in seconds (after the warm-up).
+    #[arg(long, value_name = "S", default_value = "5", value_parser = positive_seconds)]
+    duration: Duration,
+    /// Warm-up before the window (also covers the TLS handshakes), in seconds.
+    #[arg(long, value_name = "S", default_value = "1", value_parser = seconds)]
+    warmup: Duration,
+    /// Open loop at this total rate (requests per second); absent or 0: closed loop.
+    #[arg(long, value_name = "REQ_PER_S", value_parser = number)]
     rate: Option<f64>,
+    /// The server's process: its CPU time over the window and its peak RSS are reported.
+    #[arg(long, value_name = "SERVER_PID")]
     pid: Option<u32>,
+    /// Clock ticks per second of /proc/PID/stat (`getconf CLK_TCK`).
+    #[arg(long, value_name = "N", default_value = "100", value_parser = positive_number)]
     clk_tck: f64,
+    /// Label of the run, echoed in the JSON.
+    #[arg(long, value_name = "TEXT", default_value = "")]
     label: String,
-    wait: f64,
-    request_timeout: f64,
+    /// How long to keep retrying the first connection while the server starts, in seconds.
+    #[arg(long, value_name = "S", default_value = "10", value_parser = seconds)]
+    wait: Duration,
+    /// A request without an answer by then counts as an error, in seconds.
+    #[arg(long, value_name = "S", default_value = "30", value_parser = positive_seconds)]
+    request_timeout: Duration,
 }
 
-const USAGE: &str = "usage: loadgen --url https://HOST:PORT/PATH --ca FILE --body FILE[@WEIGHT]... \
-[--connections N] [--duration S] [--warmup S] [--rate REQ_PER_S] [--pid SERVER_PID] [--clk-tck N] \
-[--label TEXT] [--server-name NAME] [--wait S] [--request-timeout S]";
+/// Where `--url` points.
+#[derive(Clone)]
+struct Target {
+    addr: SocketAddr,
+    /// Path and query, as sent.
+    path: String,
+}
 
-fn parse_args() -> Result<Args, String> {
-    let mut url = None;
-    let mut a = Args {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        path: String::new(),
-        ca: PathBuf::new(),
-        server_name: None,
-        bodies: vec![],
-        connections: 1,
-        duration: 5.0,
-        warmup: 1.0,
-        rate: None,
-        pid: None,
-        clk_tck: 100.0,
-        label: String::new(),
-        wait: 10.0,
-        request_timeout: 30.0,
-    };
-    let mut ca = None;
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
-        let num = |v: String, f: &str| v.parse::<f64>().map_err(|e| format!("{f}: {e}"));
-        match flag.as_str() {
-            "--url" => url = Some(value()?),
-            "--ca" => ca = Some(PathBuf::from(value()?)),
-            "--server-name" => a.server_name = Some(value()?),
-            "--body" => {
-                let v = value()?;
-                let (file, weight) = match v.rsplit_once('@') {
-                    Some((f, w)) => (
-                        f.to_string(),
-                        w.parse().map_err(|e| format!("--body {v}: {e}"))?,
-                    ),
-                    None => (v, 1),
-                };
-                a.bodies.push((PathBuf::from(file), weight));
-            }
-            "--connections" | "-c" => {
-                a.connections = value()?.parse().map_err(|e| format!("{flag}: {e}"))?
-            }
-            "--duration" => a.duration = num(value()?, &flag)?,
-            "--warmup" => a.warmup = num(value()?, &flag)?,
-            "--rate" => a.rate = Some(num(value()?, &flag)?).filter(|r| *r > 0.0),
-            "--pid" => a.pid = Some(value()?.parse().map_err(|e| format!("--pid: {e}"))?),
-            "--clk-tck" => a.clk_tck = num(value()?, &flag)?,
-            "--label" => a.label = value()?,
-            "--wait" => a.wait = num(value()?, &flag)?,
-            "--request-timeout" => a.request_timeout = num(value()?, &flag)?,
-            other => return Err(format!("unknown flag {other}")),
-        }
-    }
-    let url = url.ok_or("--url is required")?;
+/// One `--body`.
+#[derive(Clone)]
+struct Body {
+    file: PathBuf,
+    weight: usize,
+}
+
+fn parse_url(url: &str) -> Result<Target, String> {
     let rest = url
         .strip_prefix("https://")
-        .ok_or("--url must start with https://")?;
+        .ok_or("must start with https://")?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
     };
-    a.addr = authority
+    let addr = authority
         .parse()
-        .map_err(|e| format!("--url: {authority:?} is not IP:PORT: {e}"))?;
-    a.path = path.to_string();
-    a.ca = ca.ok_or("--ca is required")?;
-    if a.bodies.is_empty() {
-        return Err("at least one --body is required".into());
+        .map_err(|e| format!("{authority:?} is not IP:PORT: {e}"))?;
+    // Checked here, not when the first request is built.
+    path.parse::<hyper::Uri>()
+        .map_err(|e| format!("path {path:?}: {e}"))?;
+    Ok(Target {
+        addr,
+        path: path.to_string(),
+    })
+}
+
+fn parse_server_name(name: &str) -> Result<ServerName<'static>, String> {
+    ServerName::try_from(name.to_string()).map_err(|e| format!("{name:?}: {e}"))
+}
+
+fn parse_body(v: &str) -> Result<Body, String> {
+    let (file, weight) = match v.rsplit_once('@') {
+        Some((f, w)) => (f, w.parse().map_err(|e| format!("weight {w:?}: {e}"))?),
+        None => (v, 1),
+    };
+    if file.is_empty() {
+        return Err("no file before @".into());
     }
-    if a.connections == 0
-        || a.duration.is_nan()
-        || a.duration <= 0.0
-        || a.warmup.is_nan()
-        || a.warmup < 0.0
-    {
-        return Err("--connections and --duration must be positive".into());
+    if weight > MAX_WEIGHT {
+        return Err(format!("weight {weight} is above {MAX_WEIGHT}"));
     }
-    Ok(a)
+    Ok(Body {
+        file: PathBuf::from(file),
+        weight,
+    })
+}
+
+/// Most connections: one per client port.
+const MAX_CONNECTIONS: i64 = 65_536;
+
+/// Largest `--body` weight (the mix is a table with one slot per unit of weight).
+const MAX_WEIGHT: usize = 1_000_000;
+
+/// The longest time any flag may ask for: far beyond any run, and well inside what `Instant` can add.
+const MAX_SECONDS: f64 = 1e6;
+
+/// A finite number, positive or zero.
+fn number(v: &str) -> Result<f64, String> {
+    let x: f64 = v.parse().map_err(|e| format!("{v:?}: {e}"))?;
+    if !x.is_finite() || x < 0.0 {
+        return Err(format!("{v:?} is not a number >= 0"));
+    }
+    Ok(x)
+}
+
+fn positive_number(v: &str) -> Result<f64, String> {
+    let x = number(v)?;
+    if x == 0.0 {
+        return Err(format!("{v:?} is not positive"));
+    }
+    Ok(x)
+}
+
+/// Seconds, possibly fractional: `0.5`, `3`.
+fn seconds(v: &str) -> Result<Duration, String> {
+    let s = number(v)?;
+    if s > MAX_SECONDS {
+        return Err(format!("{v:?}: at most {MAX_SECONDS} seconds"));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+fn positive_seconds(v: &str) -> Result<Duration, String> {
+    let d = seconds(v)?;
+    if d.is_zero() {
+        return Err(format!("{v:?} is not positive"));
+    }
+    Ok(d)
 }
 
 /// Measurement window, published to every connection once all of them are connected.
@@ -241,11 +290,14 @@ async fn run_connection(
         // When the request should leave, and from when its latency counts.
         let scheduled = match s.rate {
             Some(rate) => {
-                let at = window.t0
-                    + Duration::from_secs_f64(
-                        (seq as f64 * s.connections as f64 + k as f64) / rate,
-                    );
+                let offset = Duration::try_from_secs_f64(
+                    (seq as f64 * s.connections as f64 + k as f64) / rate,
+                );
                 seq += 1;
+                // Past the window (or past what a Duration holds, at a tiny rate): done.
+                let Some(at) = offset.ok().and_then(|o| window.t0.checked_add(o)) else {
+                    break;
+                };
                 if at >= window.end {
                     break;
                 }
@@ -434,34 +486,41 @@ fn slots(weights: &[usize]) -> Vec<usize> {
 async fn run(a: Args) -> Result<Value, String> {
     let mut bodies = vec![];
     let mut weights = vec![];
-    for (file, weight) in &a.bodies {
+    for Body { file, weight } in &a.bodies {
         let bytes =
             std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
         bodies.push(Bytes::from(bytes));
         weights.push(*weight);
     }
-    let server_name = match &a.server_name {
-        Some(n) => ServerName::try_from(n.clone()).map_err(|e| e.to_string())?,
-        None => ServerName::IpAddress(a.addr.ip().into()),
-    };
+    if weights.iter().all(|&w| w == 0) {
+        return Err("every --body has weight 0".into());
+    }
+    let addr = a.url.addr;
+    let connections = a.connections as usize;
+    // 0 means closed loop.
+    let rate = a.rate.filter(|r| *r > 0.0);
+    let server_name = a
+        .server_name
+        .clone()
+        .unwrap_or_else(|| ServerName::IpAddress(addr.ip().into()));
     let shared = Arc::new(Shared {
-        addr: a.addr,
-        path: a.path.clone(),
-        authority: a.addr.to_string(),
+        addr,
+        path: a.url.path.clone(),
+        authority: addr.to_string(),
         server_name,
         tls: tls_config(&a.ca)?,
         bodies,
         slots: slots(&weights),
         next: AtomicUsize::new(0),
-        connections: a.connections,
-        rate: a.rate,
-        request_timeout: Duration::from_secs_f64(a.request_timeout),
+        connections,
+        rate,
+        request_timeout: a.request_timeout,
     });
 
     let (window_tx, window_rx) = watch::channel(None);
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel();
-    let give_up = Instant::now() + Duration::from_secs_f64(a.wait);
-    let tasks: Vec<_> = (0..a.connections)
+    let give_up = Instant::now() + a.wait;
+    let tasks: Vec<_> = (0..connections)
         .map(|k| {
             tokio::spawn(run_connection(
                 shared.clone(),
@@ -474,14 +533,14 @@ async fn run(a: Args) -> Result<Value, String> {
         .collect();
     drop(ready_tx);
     let mut ready = 0;
-    while ready < a.connections && ready_rx.recv().await.is_some() {
+    while ready < connections && ready_rx.recv().await.is_some() {
         ready += 1;
     }
     let t0 = Instant::now();
     let window = Window {
         t0,
-        measure: t0 + Duration::from_secs_f64(a.warmup),
-        end: t0 + Duration::from_secs_f64(a.warmup + a.duration),
+        measure: t0 + a.warmup,
+        end: t0 + a.warmup + a.duration,
     };
     let _ = window_tx.send(Some(window));
 
@@ -586,9 +645,9 @@ async fn run(a: Args) -> Result<Value, String> {
     );
     Ok(json!({
         "label": a.label,
-        "connections": a.connections,
-        "rate": a.rate,
-        "bodies": a.bodies.iter().map(|(f, w)| json!({"file": f, "weight": w})).collect::<Vec<_>>(),
+        "connections": connections,
+        "rate": rate,
+        "bodies": a.bodies.iter().map(|b| json!({"file": b.file, "weight": b.weight})).collect::<Vec<_>>(),
         "window_s": (window_s * 1000.0).round() / 1000.0,
         "requests": requests,
         "rps": (requests as f64 / window_s).round(),
@@ -606,10 +665,7 @@ async fn run(a: Args) -> Result<Value, String> {
 }
 
 fn main() {
-    let args = parse_args().unwrap_or_else(|e| {
-        eprintln!("loadgen: {e}\n{USAGE}");
-        std::process::exit(2);
-    });
+    let args = Args::parse();
     pdp_injector::tls::install_default_provider();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -7,7 +7,7 @@
 //! diffing, encoding, metrics, logs, the in-flight bound and the deadline.
 //!
 //! ```text
-//! null_server --listen 127.0.0.1:18443 --cert tls.crt --key tls.key [--http1-max-buf-size BYTES]
+//! null-server --listen 127.0.0.1:18443 --cert tls.crt --key tls.key [--handshake-timeout 5s] [--http1-max-buf-size BYTES]
 //! ```
 
 use std::net::SocketAddr;
@@ -21,6 +21,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+use clap::Parser;
 use pdp_injector::tls::{self, TlsFiles};
 use pdp_injector::webhook::server::DEFAULT_BODY_LIMIT;
 
@@ -42,58 +43,51 @@ async fn mutate(request: Request) -> Response {
     }
 }
 
+/// The flags; `--help` prints them.
+#[derive(Parser)]
+#[command(
+    name = "null-server",
+    about = "The floor of scripts/bench.sh: a handler that does nothing, on the HTTPS stack of `pdp-injector serve`"
+)]
 struct Args {
+    /// Address to listen on, IP:PORT.
+    #[arg(long, value_name = "ADDR")]
     listen: SocketAddr,
+    /// PEM certificate chain of the server.
+    #[arg(long, value_name = "FILE")]
     cert: PathBuf,
+    /// PEM private key of the server.
+    #[arg(long, value_name = "FILE")]
     key: PathBuf,
-    timeout: Duration,
+    /// TLS handshake, first-request and header-read timeout, as `serve --handshake-timeout` (its default).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = timeout)]
+    handshake_timeout: Duration,
     /// An experiment knob, off by default (then the stack is exactly `serve`'s): hyper's `max_buf_size` for
     /// HTTP/1 connections, to see how much of the memory under a flood is per-connection read buffering.
+    #[arg(long = "http1-max-buf-size", value_name = "BYTES", value_parser = max_buf_size)]
     max_buf_size: Option<usize>,
 }
 
-fn args() -> Result<Args, String> {
-    let mut listen = None;
-    let mut cert = None;
-    let mut key = None;
-    // `serve`'s default --handshake-timeout, used for the handshake, the first request and header reads.
-    let mut timeout = Duration::from_secs(5);
-    let mut max_buf_size = None;
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--listen" => listen = Some(value()?.parse().map_err(|e| format!("--listen: {e}"))?),
-            "--cert" => cert = Some(PathBuf::from(value()?)),
-            "--key" => key = Some(PathBuf::from(value()?)),
-            "--http1-max-buf-size" => {
-                max_buf_size = Some(
-                    value()?
-                        .parse()
-                        .map_err(|e| format!("--http1-max-buf-size: {e}"))?,
-                )
-            }
-            "--handshake-timeout" => {
-                timeout = pdp_injector::webhook::server::parse_duration(&value()?)
-                    .ok_or("--handshake-timeout: bad duration")?
-            }
-            other => return Err(format!("unknown flag {other}")),
-        }
+/// A duration as `serve` reads one (`500ms`, `5s`, `1m`).
+fn timeout(v: &str) -> Result<Duration, String> {
+    pdp_injector::webhook::server::duration_flag(v)
+}
+
+/// hyper's smallest `max_buf_size` (it panics below it).
+const MIN_MAX_BUF_SIZE: usize = 8192;
+
+fn max_buf_size(v: &str) -> Result<usize, String> {
+    let n: usize = v.parse().map_err(|e| format!("{v:?}: {e}"))?;
+    if n < MIN_MAX_BUF_SIZE {
+        return Err(format!(
+            "{n} is below hyper's minimum of {MIN_MAX_BUF_SIZE}"
+        ));
     }
-    Ok(Args {
-        listen: listen.ok_or("--listen is required")?,
-        cert: cert.ok_or("--cert is required")?,
-        key: key.ok_or("--key is required")?,
-        timeout,
-        max_buf_size,
-    })
+    Ok(n)
 }
 
 fn main() {
-    let args = args().unwrap_or_else(|e| {
-        eprintln!("null_server: {e}\nusage: null_server --listen ADDR --cert FILE --key FILE");
-        std::process::exit(2);
-    });
+    let args = Args::parse();
     tls::install_default_provider();
     let material = TlsFiles {
         cert: args.cert,
@@ -103,7 +97,7 @@ fn main() {
     .read()
     .and_then(|m| tls::build(&m))
     .unwrap_or_else(|e| {
-        eprintln!("null_server: {e}");
+        eprintln!("null-server: {e}");
         std::process::exit(1);
     });
     // The binary's runtime: multi-thread, one worker per available core (one under `taskset -c 0`).
@@ -116,21 +110,21 @@ fn main() {
             .route("/mutate", post(mutate))
             .route("/healthz", get(|| async { "ok\n" }));
         let acceptor = RustlsAcceptor::new(RustlsConfig::from_config(material.config))
-            .handshake_timeout(args.timeout);
+            .handshake_timeout(args.handshake_timeout);
         let mut server = axum_server::bind(args.listen)
             .acceptor(acceptor)
-            .first_request_timeout(args.timeout);
+            .first_request_timeout(args.handshake_timeout);
         server
             .http_builder()
             .http1()
-            .header_read_timeout(Some(args.timeout))
+            .header_read_timeout(Some(args.handshake_timeout))
             .keep_alive(true);
         if let Some(max) = args.max_buf_size {
             server.http_builder().http1().max_buf_size(max);
         }
-        eprintln!("null_server: listening on {}", args.listen);
+        eprintln!("null-server: listening on {}", args.listen);
         if let Err(e) = server.serve(app.into_make_service()).await {
-            eprintln!("null_server: {e}");
+            eprintln!("null-server: {e}");
             std::process::exit(1);
         }
     });

@@ -1,10 +1,10 @@
 //! Where the core path's time goes, stage by stage, on the criterion benchmark's inputs (benches/reviews.rs):
-//! the same steps as `admission::review`, timed one at a time. A criterion program kept as an example so that it
-//! needs no `[[bench]]` entry:
+//! the same steps as `admission::review`, timed one at a time. A criterion program kept as a binary of the bench
+//! crate so that it needs no `[[bench]]` entry (criterion reads its own arguments):
 //!
 //! ```text
-//! cargo run --release --example stages -- --bench            # every stage, 2, 22 and 80 KiB
-//! cargo run --release --example stages -- --bench 22KiB      # a filter, as with cargo bench
+//! cargo run --release -p pdp-injector-bench --bin stages -- --bench            # every stage, 2, 22 and 80 KiB
+//! cargo run --release -p pdp-injector-bench --bin stages -- --bench 22KiB      # a filter, as with cargo bench
 //! ```
 //! `review` is all of it, as in benches/core.rs. `scan` is the floor of any parse: skipping the whole body
 //! without building anything. The other stages are the steps of `review`: `envelope` (the AdmissionReview with
@@ -24,10 +24,7 @@ use pdp_injector::core::{Decision, NamespaceInfo, PodView, decide};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-#[allow(dead_code)]
-#[path = "../benches/reviews.rs"]
-mod reviews;
-use reviews::{Class, body};
+use pdp_injector_bench::reviews::{Class, body};
 
 /// The envelope as `admission::review` decodes it (the same fields and borrowing).
 #[derive(Deserialize)]

@@ -3,7 +3,7 @@
 //! target, and writes the medians and verdicts as JSON.
 //!
 //! ```text
-//! bench_report target/bench/results.jsonl [--criterion target/criterion] [--summary FILE] [--strict]
+//! bench-report target/bench/results.jsonl [--criterion target/criterion] [--summary FILE] [--strict]
 //! ```
 //! Medians are over rounds. The CPU ratio of a case is the median over rounds of ours/floor, each round's floor
 //! measured just before the server on the same bodies.
@@ -12,7 +12,34 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use clap::Parser;
 use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// The flags; `--help` prints them.
+#[derive(Parser)]
+#[command(
+    name = "bench-report",
+    about = "The report of scripts/bench.sh: tables, ratios ours/floor and pass/miss per target"
+)]
+struct Args {
+    /// The runs' results, one JSON object a line (target/bench/results.jsonl).
+    results: PathBuf,
+    /// criterion's output directory, for the core path's estimates.
+    #[arg(
+        long = "criterion",
+        value_name = "DIR",
+        default_value = "target/criterion"
+    )]
+    criterion_dir: PathBuf,
+    /// Also write the medians and verdicts here, as JSON.
+    #[arg(long = "summary", value_name = "FILE")]
+    summary_path: Option<PathBuf>,
+    /// Exit 1 when a target is missed.
+    #[arg(long)]
+    strict: bool,
+}
 
 const MODES: [&str; 4] = ["c1", "c8", "c64", "open1000"];
 const CASES: [&str; 6] = [
@@ -170,7 +197,12 @@ impl Report {
     }
 }
 
-fn criterion_estimates(dir: &Path, since: Option<u64>) -> BTreeMap<(String, String), (f64, bool)> {
+/// criterion's median per class and size, in microseconds, and whether it was measured at or after `since` (the
+/// run's start).
+fn criterion_estimates(
+    dir: &Path,
+    since: Option<OffsetDateTime>,
+) -> BTreeMap<(String, String), (f64, bool)> {
     let mut out = BTreeMap::new();
     for class in ["Inject", "OptedOut", "AlreadyInjected", "Bare", "Update"] {
         for size in ["2KiB", "22KiB", "80KiB"] {
@@ -185,9 +217,7 @@ fn criterion_estimates(dir: &Path, since: Option<u64>) -> BTreeMap<(String, Stri
             let fresh = since.is_none_or(|since| {
                 std::fs::metadata(&path)
                     .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .is_some_and(|t| t.as_secs() >= since)
+                    .is_ok_and(|t| OffsetDateTime::from(t) >= since)
             });
             if let Some(ns) = serde_json::from_str::<Value>(&text)
                 .ok()
@@ -201,27 +231,14 @@ fn criterion_estimates(dir: &Path, since: Option<u64>) -> BTreeMap<(String, Stri
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let mut results = None;
-    let mut criterion_dir = PathBuf::from("target/criterion");
-    let mut summary_path = None;
-    let mut strict = false;
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--criterion" => criterion_dir = PathBuf::from(args.next().unwrap_or_default()),
-            "--summary" => summary_path = args.next().map(PathBuf::from),
-            "--strict" => strict = true,
-            _ => results = Some(PathBuf::from(a)),
-        }
-    }
-    let Some(results) = results else {
-        eprintln!(
-            "usage: bench_report RESULTS.jsonl [--criterion DIR] [--summary FILE] [--strict]"
-        );
-        std::process::exit(2);
-    };
+    let Args {
+        results,
+        criterion_dir,
+        summary_path,
+        strict,
+    } = Args::parse();
     let text = std::fs::read_to_string(&results).unwrap_or_else(|e| {
-        eprintln!("bench_report: cannot read {}: {e}", results.display());
+        eprintln!("bench-report: cannot read {}: {e}", results.display());
         std::process::exit(2);
     });
     let mut report = Report {
@@ -237,7 +254,7 @@ fn main() {
     let mut oha = vec![];
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let Ok(v) = serde_json::from_str::<Value>(line) else {
-            eprintln!("bench_report: skipping a line that is not JSON: {line:.80}");
+            eprintln!("bench-report: skipping a line that is not JSON: {line:.80}");
             continue;
         };
         match v["kind"].as_str() {
@@ -263,7 +280,9 @@ fn main() {
             }
         }
     }
-    let started = meta["date"].as_str().and_then(parse_rfc3339_secs);
+    let started = meta["date"]
+        .as_str()
+        .and_then(|d| OffsetDateTime::parse(d, &Rfc3339).ok());
     let cases: Vec<&str> = CASES
         .iter()
         .copied()
@@ -288,8 +307,9 @@ fn main() {
         meta_end["load_after"].as_str().unwrap_or("?"),
         meta_end["elapsed_s"],
     ));
-    report
-        .line("server pinned to core 0, load generator (examples/loadgen.rs, 1 thread) to core 1");
+    report.line(
+        "server pinned to core 0, load generator (bench/src/bin/loadgen.rs, 1 thread) to core 1",
+    );
     report.line(
         "figures are medians over rounds, leaving out runs disturbed by other work (> 0.25 cores) when an undisturbed one exists",
     );
@@ -744,7 +764,7 @@ fn main() {
     if let Some(path) = summary_path {
         let json = serde_json::to_string_pretty(&report.summary).expect("summary serializes");
         if let Err(e) = std::fs::write(&path, json) {
-            eprintln!("bench_report: cannot write {}: {e}", path.display());
+            eprintln!("bench-report: cannot write {}: {e}", path.display());
         }
     }
     let missed = report.verdicts.iter().any(|v| v["pass"] == json!(false));
@@ -754,24 +774,4 @@ fn main() {
     if strict && missed {
         std::process::exit(1);
     }
-}
-
-/// Seconds since the epoch of `YYYY-MM-DDTHH:MM:SSZ`.
-fn parse_rfc3339_secs(s: &str) -> Option<u64> {
-    let d: Vec<u64> = s
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|p| !p.is_empty())
-        .map(|p| p.parse().ok())
-        .collect::<Option<_>>()?;
-    let [y, mo, day, h, mi, sec] = d[..] else {
-        return None;
-    };
-    // days from civil (Howard Hinnant)
-    let (y, mo) = if mo <= 2 { (y - 1, mo + 12) } else { (y, mo) };
-    let era = y / 400;
-    let yoe = y - era * 400;
-    let doy = (153 * (mo - 3) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + h * 3600 + mi * 60 + sec)
 }

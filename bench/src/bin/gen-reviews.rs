@@ -2,16 +2,43 @@
 //! (`benches/reviews.rs`), so every figure is measured on the same bodies.
 //!
 //! ```text
-//! gen_reviews bodies DIR          # DIR/<class>-<size>.json for the 5 classes and 2, 22 and 80 KiB Pods
-//! gen_reviews stream N FILE       # a YAML stream of N documents for offline `inject`
+//! gen-reviews bodies DIR          # DIR/<class>-<size>.json for the 5 classes and 2, 22 and 80 KiB Pods
+//! gen-reviews stream N FILE       # a YAML stream of N documents for offline `inject`
 //! ```
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-#[path = "../benches/reviews.rs"]
-mod reviews;
-use reviews::{Class, body};
+use clap::{Parser, Subcommand};
+use pdp_injector_bench::reviews::{Class, body};
+
+/// The flags; `--help` prints them.
+#[derive(Parser)]
+#[command(
+    name = "gen-reviews",
+    about = "Inputs of scripts/bench.sh, from the criterion benchmark's code (benches/reviews.rs)"
+)]
+struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Subcommand)]
+enum What {
+    /// DIR/<class>-<size>.json for the 5 classes and 2, 22 and 80 KiB Pods.
+    Bodies {
+        /// Created if missing.
+        dir: PathBuf,
+    },
+    /// A YAML stream of N documents for offline `inject`.
+    Stream {
+        /// Number of documents (at most a million).
+        #[arg(value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+        n: u32,
+        /// Where to write it.
+        file: PathBuf,
+    },
+}
 
 const CLASSES: [(Class, &str); 5] = [
     (Class::Inject, "inject"),
@@ -22,12 +49,15 @@ const CLASSES: [(Class, &str); 5] = [
 ];
 
 fn bodies(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
+    let context = |path: &Path, e: std::io::Error| {
+        std::io::Error::other(format!("cannot write {}: {e}", path.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(|e| context(dir, e))?;
     for (size, label) in [(2 * 1024, "2k"), (22 * 1024, "22k"), (80 * 1024, "80k")] {
         for (class, name) in CLASSES {
             let bytes = body(size, class);
             let path = dir.join(format!("{name}-{label}.json"));
-            std::fs::write(&path, &bytes)?;
+            std::fs::write(&path, &bytes).map_err(|e| context(&path, e))?;
             eprintln!("{} ({} bytes)", path.display(), bytes.len());
         }
     }
@@ -169,19 +199,13 @@ spec:
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["bodies", dir] => bodies(Path::new(dir)),
-        ["stream", n, file] => match n.parse::<usize>() {
-            Ok(n) => std::fs::write(file, stream(n)),
-            Err(e) => Err(std::io::Error::other(format!("bad count {n:?}: {e}"))),
-        },
-        _ => Err(std::io::Error::other(
-            "usage: gen_reviews bodies DIR | gen_reviews stream N FILE",
-        )),
+    let result = match Args::parse().what {
+        What::Bodies { dir } => bodies(&dir),
+        What::Stream { n, file } => std::fs::write(&file, stream(n as usize))
+            .map_err(|e| std::io::Error::other(format!("cannot write {}: {e}", file.display()))),
     };
     if let Err(e) = result {
-        eprintln!("gen_reviews: {e}");
+        eprintln!("gen-reviews: {e}");
         std::process::exit(1);
     }
 }
