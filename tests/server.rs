@@ -1364,3 +1364,16 @@ async fn request_bodies_share_one_byte_budget() {
     assert_eq!(status, StatusCode::OK);
     r.shutdown().await.unwrap();
 }
+
+/// A `?timeout=` no apiserver would send (too large for a duration, not a number) is ignored: the request is
+/// answered under the server's own deadline, and the handler never panics.
+#[tokio::test]
+async fn absurd_query_timeouts_are_ignored() {
+    let b = bundle();
+    let r = start(&b).await;
+    let body = serde_json::to_vec(&fixture()).unwrap();
+    for query in ["99999999999999999999h", "1e400s", "NaN", "-5s", "10parsecs"] {
+        let out = post_path(&r, &b.ca_cert_pem, &format!("/mutate?timeout={query}"), &body).await;
+        assert_eq!(out["response"]["allowed"], true, "{query}: {out}");
+    }
+}
