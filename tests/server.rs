@@ -1373,7 +1373,13 @@ async fn absurd_query_timeouts_are_ignored() {
     let r = start(&b).await;
     let body = serde_json::to_vec(&fixture()).unwrap();
     for query in ["99999999999999999999h", "1e400s", "NaN", "-5s", "10parsecs"] {
-        let out = post_path(&r, &b.ca_cert_pem, &format!("/mutate?timeout={query}"), &body).await;
+        let out = post_path(
+            &r,
+            &b.ca_cert_pem,
+            &format!("/mutate?timeout={query}"),
+            &body,
+        )
+        .await;
         assert_eq!(out["response"]["allowed"], true, "{query}: {out}");
     }
 }

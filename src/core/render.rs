@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::value::RawValue;
 
 use crate::config::{Config, Mode, Placement, Profile, PssLevel};
 use crate::core::patch::{PatchBuilder, pointer};
@@ -359,6 +360,35 @@ fn ensure_env<'o>(
     inserts
 }
 
+/// True when `text` holds `"name"`.
+fn contains_quoted(text: &str, name: &str) -> bool {
+    text.match_indices(name)
+        .any(|(at, _)| text[..at].ends_with('"') && text[at + name.len()..].starts_with('"'))
+}
+
+/// The entries of a container's `env` that rendering must compare: those that may define one of `names`.
+/// Rendering puts its variables in front of the list, so the other entries matter to nothing but their
+/// positions, which a prepend leaves alone. A list whose text has no escape and does not hold `"NAME"` for any
+/// of `names` cannot define one (a JSON string without escapes is written literally): none of it is parsed,
+/// which is most of the work of wiring a large Pod. Any other list is parsed.
+fn relevant_env<'a>(
+    raw: Option<&'a RawValue>,
+    names: &[&str],
+    what: impl Fn() -> String,
+) -> Result<Option<Vec<EnvEntry<'a>>>, String> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let text = raw.get();
+    if text.starts_with('[')
+        && !text.contains('\\')
+        && !names.iter().any(|n| contains_quoted(text, n))
+    {
+        return Ok(Some(Vec::new()));
+    }
+    parse_list(Some(raw), &what())
+}
+
 /// Renders the plan as a patch against `pod`.
 pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendered, Denial> {
     let profile = config.profiles.get(&plan.profile).ok_or_else(|| Denial {
@@ -450,6 +480,7 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
         profile.env_names.address.as_str(),
         profile.env_names.host.as_str(),
     ));
+    let our_names: Vec<&str> = ours.iter().map(|e| e.name.as_str()).collect();
     let mut containers_ops = PatchBuilder::default();
     let mut wired = Vec::new();
     for (i, container) in pod.containers().iter().enumerate() {
@@ -460,8 +491,10 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
             continue;
         }
         let index = i.to_string();
-        let env = parse_list::<EnvEntry<'_>>(container.env, &format!("spec.containers[{i}].env"))
-            .map_err(invalid)?;
+        let env = relevant_env(container.env, &our_names, || {
+            format!("spec.containers[{i}].env")
+        })
+        .map_err(invalid)?;
         let env_path = pointer(["spec", "containers", &index, "env"]);
         let inserts = ensure_env(
             name,
@@ -606,4 +639,47 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
         warnings,
         status,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_string()).unwrap()
+    }
+
+    #[test]
+    fn env_lists_are_parsed_only_when_they_may_define_ours() {
+        let names = ["CERBOS_PDP_ADDR"];
+        let what = || "env".to_string();
+        // Nothing of ours: not parsed (a malformed entry there is the apiserver's to refuse).
+        let plain = raw(r#"[{"name":"A","value":"1"},{"name":5}]"#);
+        assert!(
+            relevant_env(Some(&plain), &names, what)
+                .unwrap()
+                .unwrap()
+                .is_empty()
+        );
+        // Ours by name, or spelled with an escape: parsed, and found.
+        for text in [
+            r#"[{"name":"A","value":"1"},{"name":"CERBOS_PDP_ADDR","value":"x"}]"#,
+            r#"[{"name":"CERBOS\u005fPDP_ADDR","value":"x"}]"#,
+        ] {
+            let list = raw(text);
+            let env = relevant_env(Some(&list), &names, what).unwrap().unwrap();
+            assert!(
+                env.iter().any(|e| e.name.as_str() == "CERBOS_PDP_ADDR"),
+                "{text}"
+            );
+        }
+        // Our name as a value only: parsed, nothing found, same answer.
+        let value = raw(r#"[{"name":"A","value":"CERBOS_PDP_ADDR"}]"#);
+        let env = relevant_env(Some(&value), &names, what).unwrap().unwrap();
+        assert_eq!(env.len(), 1);
+        // A list that is not a list is parsed, and refused.
+        let odd = raw(r#""CERBOS_PDP_ADDR""#);
+        assert!(relevant_env(Some(&odd), &names, what).is_err());
+        assert!(relevant_env(None, &names, what).unwrap().is_none());
+    }
 }
