@@ -9,13 +9,15 @@
 //! - [`tls`]: certificates and the rustls serving configuration;
 //! - [`cluster`]: what is kept in step with the cluster (namespaces, self-managed certificates);
 //! - [`webhook`]: the HTTPS server;
-//! - [`offline`]: the `inject` command.
+//! - [`offline`]: the `inject` command;
+//! - [`node`]: the node-local front (`node-proxy`) before the node's PDP instances.
 
 pub mod admission;
 pub mod cluster;
 pub mod config;
 pub mod core;
 pub mod names;
+pub mod node;
 pub mod offline;
 pub mod tls;
 pub mod webhook;

@@ -562,7 +562,8 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         "h" => value * 3600.0,
         _ => return None,
     };
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+    // try_: a huge number (`99999999999999999999999s`) is no duration, not a panic.
+    Duration::try_from_secs_f64(secs).ok()
 }
 
 fn query_timeout(uri: &Uri) -> Option<Duration> {
