@@ -43,7 +43,7 @@ fn duration_flag(text: &str) -> Result<Duration, String> {
 /// The flags of `node-proxy`, with their defaults and environment variables (the binary flattens this).
 #[derive(Debug, Clone, clap::Args)]
 pub struct NodeProxyFlags {
-    /// TCP address of the node's PDP port (apps reach it as $(CERBOS_PDP_HOST):3593); repeatable or comma-separated, e.g. 0.0.0.0:3593,[::]:3593.
+    /// TCP address of the node's PDP port (apps reach it as $(CERBOS_PDP_HOST):3593); repeatable or comma-separated. [::]:3593 serves IPv4 and IPv6 where net.ipv6.bindv6only is 0 (the Linux default), so do not add 0.0.0.0:3593 to it there.
     #[arg(
         long,
         env = "PDP_NODE_PROXY_LISTEN",
