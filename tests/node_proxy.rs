@@ -819,6 +819,8 @@ mod cerbos {
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from_static(HTTP_BODY.as_bytes())))
             .unwrap();
+        // HTTP/1.1: one request at a time; the connection is ready again once the last answer was read.
+        send.ready().await.map_err(|e| format!("http: {e}"))?;
         let resp = send
             .send_request(req)
             .await
