@@ -11,6 +11,7 @@
 //! - [`webhook`]: the HTTPS server;
 //! - [`offline`]: the `inject` command;
 //! - [`check`]: the `check` command (reads the cluster, judges Pods with the core).
+//! - [`node`]: the node-local front (`node-proxy`) before the node's PDP instances.
 
 pub mod admission;
 pub mod check;
@@ -18,6 +19,7 @@ pub mod cluster;
 pub mod config;
 pub mod core;
 pub mod names;
+pub mod node;
 pub mod offline;
 pub mod tls;
 pub mod webhook;

@@ -12,6 +12,7 @@ use pdp_injector::cluster;
 use pdp_injector::cluster::selfcerts;
 use pdp_injector::cluster::{NamespaceSource, NoCluster};
 use pdp_injector::config::Config;
+use pdp_injector::node::proxy::{self as node_proxy, NodeProxyFlags};
 use pdp_injector::tls::certs;
 use pdp_injector::tls::{TlsFiles, TlsMaterial};
 use pdp_injector::webhook::server::{self, ServeFlags, ServeOptions, TlsSource};
@@ -40,6 +41,8 @@ enum Command {
     ///
     /// Exit status: 0 nothing needs action, 1 something needs action, 2 the check could not run.
     Check(CheckArgs),
+    /// Node-local front: serve the node's PDP port and socket, forward to the newest ready PDP instance.
+    NodeProxy(NodeProxyArgs),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -88,6 +91,20 @@ struct ServeArgs {
     server: ServeFlags,
     #[command(flatten)]
     certificates: selfcerts::Settings,
+}
+
+#[derive(Args)]
+struct NodeProxyArgs {
+    /// Log format.
+    #[arg(
+        long,
+        env = "PDP_INJECTOR_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: LogFormat,
+    #[command(flatten)]
+    flags: NodeProxyFlags,
 }
 
 #[derive(Args)]
@@ -270,6 +287,19 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         let running = server::start(options, namespaces).await?;
         shutdown_signal().await;
         running.shutdown().await?;
+        anyhow::Ok(())
+    })
+}
+
+fn run_node_proxy(args: NodeProxyArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let running = node_proxy::start(args.flags).await?;
+        shutdown_signal().await;
+        running.shutdown().await;
         anyhow::Ok(())
     })
 }
@@ -504,6 +534,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => run_serve(*args),
         Command::Inject(args) => run_inject(args),
         Command::Certs(args) => run_certs(args),
+        Command::NodeProxy(args) => run_node_proxy(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -146,17 +146,25 @@ fn sections(pod: &PodView<'_>) -> Value {
     let mut out = serde_json::Map::new();
     if let Some(meta) = &pod.metadata {
         let mut m = serde_json::Map::new();
+        let map = |entries: &crate::core::view::StrMap<'_>| {
+            Value::Object(
+                entries
+                    .0
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            k.as_str().to_string(),
+                            Value::String(v.as_str().to_string()),
+                        )
+                    })
+                    .collect(),
+            )
+        };
         if let Some(a) = &meta.annotations {
-            m.insert(
-                "annotations".into(),
-                serde_json::to_value(&a.0).unwrap_or_default(),
-            );
+            m.insert("annotations".into(), map(a));
         }
         if let Some(l) = &meta.labels {
-            m.insert(
-                "labels".into(),
-                serde_json::to_value(&l.0).unwrap_or_default(),
-            );
+            m.insert("labels".into(), map(l));
         }
         out.insert("metadata".into(), Value::Object(m));
     }

@@ -13,13 +13,14 @@
 //! same positions, so the patch never carries a value the parser skipped.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Pod;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+
+use crate::names::{ANNOTATION_MIRROR, ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES, PREFIX};
 
 /// A JSON string, borrowed from the input when it has no escapes (serde's own `Cow<str>` always copies once it is
 /// inside a map or a list).
@@ -62,14 +63,29 @@ impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
     }
 }
 
-/// A map of strings (labels, annotations). A duplicate key is an error, as in the typed Pod's map.
+/// The entries of a map of strings (labels, annotations) that the core reads: ours (`pdp-injector.io/...`), the
+/// mirror-Pod marker and the autoscaler's list of local volumes. The others are skipped without allocating (a
+/// Pod's labels and annotations can be large, and a few keys matter); whether the map exists at all is kept,
+/// since a patch adds keys to an existing map but creates a missing one. A key given twice counts with its last
+/// value, as in the typed Pod's map.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StrMap<'a>(pub BTreeMap<Str<'a>, Str<'a>>);
+pub struct StrMap<'a>(pub Vec<(Str<'a>, Str<'a>)>);
+
+/// Whether the core reads a label or annotation key.
+pub fn is_read_key(key: &str) -> bool {
+    key.starts_with(PREFIX)
+        || key == ANNOTATION_MIRROR
+        || key == ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES
+}
 
 impl StrMap<'_> {
     /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(Str::as_str)
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k.as_str() == key)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -82,11 +98,12 @@ impl<'de: 'a, 'a> Deserialize<'de> for StrMap<'a> {
                 f.write_str("a map of strings")
             }
             fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-                let mut out = BTreeMap::new();
+                let mut out = Vec::new();
                 while let Some(key) = map.next_key::<Str<'de>>()? {
+                    // Every value is still checked to be a string, as for the typed Pod.
                     let value = map.next_value::<Str<'de>>()?;
-                    if out.insert(key, value).is_some() {
-                        return Err(serde::de::Error::custom("duplicate key in a map"));
+                    if is_read_key(key.as_str()) {
+                        out.push((key, value));
                     }
                 }
                 Ok(StrMap(out))

@@ -1,0 +1,740 @@
+//! The node-local front (`pdp-injector node-proxy`): owns the node's stable PDP endpoints, a TCP address (the
+//! hostPort apps reach as `$(CERBOS_PDP_HOST):3593`) and the stable socket path apps mount
+//! (`/var/run/cerbos/cerbos.sock`), and forwards each connection at L4, bytes both ways, to the newest PDP
+//! instance that accepts it among the per-instance sockets of a directory ([`super::route`] says which).
+//!
+//! The PDP behind it can therefore be replaced surge-style, new instance first: the front's endpoints never go
+//! away while it does, new connections move to the new instance as soon as it listens, and connections already
+//! open stay on the old one until they end or it drains them. When no instance is ready (the first start on a
+//! node, or a crash), a new connection waits up to `--wait` and is forwarded as soon as one appears: an app sees
+//! latency, not a refused connection.
+//!
+//! **Finding instances: a directory read per new connection, no file watcher.** The directory holds a handful
+//! of sockets on a local filesystem (a hostPath under /var/run, tmpfs on most nodes); reading it and stat-ing
+//! each entry takes microseconds (BENCHMARKS.md, "Node-local front"), next to a connection that carries many
+//! checks. It is always current: no event to miss, no queue to overflow, no inotify instance or watch limit
+//! to hit on a busy node (`fs.inotify.max_user_instances` is a classic node-agent failure), no extra crate
+//! (`notify` would add a thread and its own dependency tree), and the connect attempt that follows is the
+//! readiness check a watcher could not replace anyway. It is a plain `std::fs` call on the async thread, on
+//! purpose: `tokio::fs` would send each read to the blocking pool, which costs more than the read itself.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use crate::node::route::{self, Candidate};
+use crate::webhook::server::parse_duration;
+
+fn duration_flag(text: &str) -> Result<Duration, String> {
+    parse_duration(text)
+        .ok_or_else(|| format!("invalid duration {text:?} (examples: 50ms, 30s, 2m)"))
+}
+
+/// The flags of `node-proxy`, with their defaults and environment variables (the binary flattens this).
+#[derive(Debug, Clone, clap::Args)]
+pub struct NodeProxyFlags {
+    /// TCP address of the node's PDP port (apps reach it as $(CERBOS_PDP_HOST):3593); repeatable or comma-separated. [::]:3593 serves IPv4 and IPv6 where net.ipv6.bindv6only is 0 (the Linux default), so do not add 0.0.0.0:3593 to it there.
+    #[arg(
+        long,
+        env = "PDP_NODE_PROXY_LISTEN",
+        default_value = "0.0.0.0:3593",
+        value_delimiter = ','
+    )]
+    pub listen: Vec<SocketAddr>,
+    /// Serve no TCP address (socket only).
+    #[arg(long, env = "PDP_NODE_PROXY_NO_TCP")]
+    pub no_tcp: bool,
+    /// The stable socket apps use (CERBOS_PDP_SOCKET); its directory must exist.
+    #[arg(
+        long,
+        env = "PDP_NODE_PROXY_SOCKET",
+        default_value = "/var/run/cerbos/cerbos.sock"
+    )]
+    pub socket: PathBuf,
+    /// Serve no stable socket (TCP only).
+    #[arg(long, env = "PDP_NODE_PROXY_NO_SOCKET")]
+    pub no_socket: bool,
+    /// Permission bits of the stable socket, octal. connect(2) needs write permission and app containers run as any user, so the default lets every local user connect, like the shipped PDP config (udsFileMode 0o777).
+    #[arg(long, env = "PDP_NODE_PROXY_SOCKET_MODE", default_value = "666", value_parser = route::mode_flag)]
+    pub socket_mode: u32,
+    /// When a process already answers on --socket, replace its socket atomically (rename) instead of refusing to start: the front's own upgrade.
+    #[arg(long, env = "PDP_NODE_PROXY_TAKE_OVER")]
+    pub take_over: bool,
+    /// Directory of the per-instance sockets, <instance><suffix>, one set per PDP Pod.
+    #[arg(
+        long,
+        env = "PDP_NODE_PROXY_INSTANCES",
+        default_value = "/var/run/cerbos/instances"
+    )]
+    pub instances: PathBuf,
+    /// Suffix of the instance sockets TCP connections go to (Cerbos: its gRPC listener).
+    #[arg(long, env = "PDP_NODE_PROXY_TCP_BACKEND", default_value = ".grpc.sock", value_parser = route::suffix_flag)]
+    pub tcp_backend: String,
+    /// Suffix of the instance sockets stable-socket connections go to (Cerbos: its HTTP listener, which also serves gRPC over h2c).
+    #[arg(long, env = "PDP_NODE_PROXY_SOCKET_BACKEND", default_value = ".http.sock", value_parser = route::suffix_flag)]
+    pub socket_backend: String,
+    /// How long a new connection waits for a ready instance before it is closed.
+    #[arg(long, env = "PDP_NODE_PROXY_WAIT", default_value = "30s", value_parser = duration_flag)]
+    pub wait: Duration,
+    /// How often a waiting connection looks for an instance again.
+    #[arg(long, env = "PDP_NODE_PROXY_RETRY_INTERVAL", default_value = "50ms", value_parser = duration_flag)]
+    pub retry_interval: Duration,
+    /// Bound on connecting to one instance (a Unix connect is immediate unless the instance's backlog is full).
+    #[arg(long, env = "PDP_NODE_PROXY_CONNECT_TIMEOUT", default_value = "1s", value_parser = duration_flag)]
+    pub connect_timeout: Duration,
+    /// After SIGTERM, how long open connections get to finish before they are closed.
+    #[arg(long, env = "PDP_NODE_PROXY_DRAIN_TIMEOUT", default_value = "25s", value_parser = duration_flag)]
+    pub drain_timeout: Duration,
+    /// Client connections open at once; more wait in the kernel's accept backlog.
+    #[arg(long, env = "PDP_NODE_PROXY_MAX_CONNECTIONS", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+    /// How often the counters are logged, when they changed; 0s never.
+    #[arg(long, env = "PDP_NODE_PROXY_STATS_INTERVAL", default_value = "60s", value_parser = duration_flag)]
+    pub stats_interval: Duration,
+}
+
+impl Default for NodeProxyFlags {
+    fn default() -> Self {
+        #[derive(clap::Parser)]
+        struct Only {
+            #[command(flatten)]
+            flags: NodeProxyFlags,
+        }
+        <Only as clap::Parser>::try_parse_from(["node-proxy"])
+            .expect("the defaults of the node-proxy flags parse")
+            .flags
+    }
+}
+
+/// Why the front cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeProxyError {
+    /// The flags contradict each other.
+    #[error("{0}")]
+    Flags(String),
+    /// The stable socket cannot be created, or its path holds something the front must not remove.
+    #[error("stable socket {path}: {reason}")]
+    Socket {
+        /// The --socket path.
+        path: PathBuf,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
+    /// A TCP address cannot be bound (in use, or not an address of this node).
+    #[error("cannot listen on {addr}: {source}")]
+    Tcp {
+        /// The --listen address.
+        addr: SocketAddr,
+        /// The bind error.
+        source: io::Error,
+    },
+}
+
+/// Counters of one instance, by its name.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct InstanceCounts {
+    /// Connections forwarded to it.
+    pub forwarded: u64,
+    /// Times it was passed over: it refused, its socket was gone, or it did not accept within the timeout.
+    pub skipped: u64,
+    /// Forwarded connections that ended with an I/O error (either side).
+    pub errors: u64,
+}
+
+/// What the front has done since it started (logged every --stats-interval, read by tests).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Stats {
+    /// Client connections accepted.
+    pub accepted: u64,
+    /// Connections that found no ready instance at first and waited.
+    pub waited: u64,
+    /// Connections closed because no instance became ready within --wait.
+    pub gave_up: u64,
+    /// Connections closed at the end of the drain.
+    pub cut_at_drain: u64,
+    /// Per instance.
+    pub instances: BTreeMap<String, InstanceCounts>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Serving,
+    Draining,
+    Stopped,
+}
+
+/// Where the connections of one front endpoint go.
+struct Route {
+    /// `tcp` or `socket`, in logs.
+    kind: &'static str,
+    dir: PathBuf,
+    suffix: String,
+}
+
+struct Shared {
+    stats: Mutex<Stats>,
+    phase: watch::Sender<Phase>,
+    connections: Arc<Semaphore>,
+    wait: Duration,
+    retry_interval: Duration,
+    connect_timeout: Duration,
+}
+
+impl Shared {
+    fn count(&self, f: impl FnOnce(&mut Stats)) {
+        // A poisoned lock only means a panic elsewhere while counting: the counters stay usable.
+        let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut stats);
+    }
+
+    fn instance(&self, name: &str, f: impl FnOnce(&mut InstanceCounts)) {
+        self.count(|s| f(s.instances.entry(name.to_string()).or_default()));
+    }
+}
+
+/// The stable socket as this process created it: removed on exit only if the path still is this socket.
+struct OwnedSocket {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl OwnedSocket {
+    fn release(&self) {
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if m.dev() == self.dev && m.ino() == self.ino => {
+                match std::fs::remove_file(&self.path) {
+                    Ok(()) => info!(socket = %self.path.display(), "stable socket removed"),
+                    Err(e) => {
+                        warn!(socket = %self.path.display(), error = %e, "cannot remove the stable socket")
+                    }
+                }
+            }
+            Ok(_) => info!(
+                socket = %self.path.display(),
+                "the stable socket now belongs to another process (a newer front took over); left in place"
+            ),
+            Err(_) => {}
+        }
+    }
+}
+
+/// A running front; [`Running::shutdown`] drains it.
+pub struct Running {
+    tcp: Vec<SocketAddr>,
+    socket: Option<PathBuf>,
+    owned: Option<OwnedSocket>,
+    shared: Arc<Shared>,
+    accept_tasks: Vec<JoinHandle<()>>,
+    stats_task: Option<JoinHandle<()>>,
+    max_connections: u32,
+    drain_timeout: Duration,
+}
+
+/// How a drain ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drained {
+    /// Connections still open at the end of --drain-timeout, closed by the front.
+    pub cut: u32,
+}
+
+impl Running {
+    /// The bound TCP addresses (the real port when --listen asked for port 0).
+    pub fn tcp_addrs(&self) -> &[SocketAddr] {
+        &self.tcp
+    }
+
+    /// The stable socket, when served.
+    pub fn socket(&self) -> Option<&Path> {
+        self.socket.as_deref()
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> Stats {
+        self.shared
+            .stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Stops accepting (the TCP listeners close, the stable socket is removed if still ours), lets open
+    /// connections finish for up to --drain-timeout, then closes the rest.
+    pub async fn shutdown(mut self) -> Drained {
+        self.shared.phase.send_replace(Phase::Draining);
+        for task in self.accept_tasks.drain(..) {
+            let _ = task.await;
+        }
+        if let Some(owned) = self.owned.take() {
+            owned.release();
+        }
+        let open = self.max_connections as usize - self.shared.connections.available_permits();
+        info!(
+            open,
+            drain_timeout = ?self.drain_timeout,
+            "stopped accepting; draining open connections"
+        );
+        let all = self.shared.connections.acquire_many(self.max_connections);
+        let cut = match tokio::time::timeout(self.drain_timeout, all).await {
+            Ok(_) => 0,
+            Err(_) => {
+                let cut =
+                    self.max_connections as usize - self.shared.connections.available_permits();
+                warn!(cut, "drain timeout: closing the connections still open");
+                cut as u32
+            }
+        };
+        self.shared.phase.send_replace(Phase::Stopped);
+        if let Some(task) = self.stats_task.take() {
+            task.abort();
+        }
+        // The connections cut above end at their next poll; give them that moment before the runtime goes.
+        if cut > 0 {
+            let all = self.shared.connections.acquire_many(self.max_connections);
+            let _ = tokio::time::timeout(Duration::from_secs(1), all).await;
+        }
+        let stats = self.stats();
+        info!(?stats, "node-proxy stopped");
+        Drained { cut }
+    }
+}
+
+/// Starts the front: binds every endpoint first (an error names the one that failed), then serves.
+pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
+    check(&flags)?;
+    let mut tcp_listeners = Vec::new();
+    if !flags.no_tcp {
+        for addr in &flags.listen {
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|source| NodeProxyError::Tcp {
+                    addr: *addr,
+                    source,
+                })?;
+            tcp_listeners.push(listener);
+        }
+    }
+    let tcp: Vec<SocketAddr> = tcp_listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .collect();
+    let (unix_listener, owned) = if flags.no_socket {
+        (None, None)
+    } else {
+        let (listener, owned) = bind_stable(&flags.socket, flags.socket_mode, flags.take_over)?;
+        (Some(listener), Some(owned))
+    };
+    if !flags.instances.is_dir() {
+        warn!(
+            instances = %flags.instances.display(),
+            "the instances directory does not exist (yet): connections wait until a PDP instance serves there"
+        );
+    }
+    let (phase, _) = watch::channel(Phase::Serving);
+    let shared = Arc::new(Shared {
+        stats: Mutex::new(Stats::default()),
+        phase,
+        connections: Arc::new(Semaphore::new(flags.max_connections as usize)),
+        wait: flags.wait,
+        retry_interval: flags.retry_interval,
+        connect_timeout: flags.connect_timeout,
+    });
+    let mut accept_tasks = Vec::new();
+    let tcp_route = Arc::new(Route {
+        kind: "tcp",
+        dir: flags.instances.clone(),
+        suffix: flags.tcp_backend.clone(),
+    });
+    for listener in tcp_listeners {
+        accept_tasks.push(tokio::spawn(accept_loop(
+            Listener::Tcp(listener),
+            tcp_route.clone(),
+            shared.clone(),
+        )));
+    }
+    if let Some(listener) = unix_listener {
+        let route = Arc::new(Route {
+            kind: "socket",
+            dir: flags.instances.clone(),
+            suffix: flags.socket_backend.clone(),
+        });
+        accept_tasks.push(tokio::spawn(accept_loop(
+            Listener::Unix(listener),
+            route,
+            shared.clone(),
+        )));
+    }
+    let stats_task = (!flags.stats_interval.is_zero())
+        .then(|| tokio::spawn(log_stats(shared.clone(), flags.stats_interval)));
+    let socket = owned.as_ref().map(|o| o.path.clone());
+    info!(
+        tcp = ?tcp,
+        socket = ?socket,
+        instances = %flags.instances.display(),
+        tcp_backend = %flags.tcp_backend,
+        socket_backend = %flags.socket_backend,
+        wait = ?flags.wait,
+        "node-proxy serving"
+    );
+    Ok(Running {
+        tcp,
+        socket,
+        owned,
+        shared,
+        accept_tasks,
+        stats_task,
+        max_connections: flags.max_connections,
+        drain_timeout: flags.drain_timeout,
+    })
+}
+
+fn check(flags: &NodeProxyFlags) -> Result<(), NodeProxyError> {
+    let serves_tcp = !flags.no_tcp && !flags.listen.is_empty();
+    if !serves_tcp && flags.no_socket {
+        return Err(NodeProxyError::Flags(
+            "nothing to serve: --no-tcp and --no-socket together".into(),
+        ));
+    }
+    if flags.retry_interval.is_zero() {
+        return Err(NodeProxyError::Flags(
+            "--retry-interval must be more than 0s (a waiting connection would spin)".into(),
+        ));
+    }
+    if flags.connect_timeout.is_zero() {
+        return Err(NodeProxyError::Flags(
+            "--connect-timeout must be more than 0s".into(),
+        ));
+    }
+    if !flags.no_socket {
+        // The front must not find its own socket among the instances: it would forward to itself.
+        let file = flags.socket.file_name().and_then(|f| f.to_str());
+        let in_instances = flags.socket.parent() == Some(flags.instances.as_path());
+        let looks_like_instance = file.is_some_and(|f| {
+            route::instance_name(f, &flags.tcp_backend).is_some()
+                || route::instance_name(f, &flags.socket_backend).is_some()
+        });
+        if file.is_none() {
+            return Err(NodeProxyError::Flags(format!(
+                "--socket {} names no file",
+                flags.socket.display()
+            )));
+        }
+        if in_instances && looks_like_instance {
+            return Err(NodeProxyError::Flags(format!(
+                "--socket {} would be taken for a PDP instance in --instances {}: put it outside, or use another name",
+                flags.socket.display(),
+                flags.instances.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Creates the stable socket without a moment where its path is missing or has the wrong permissions: bound
+/// under a temporary name in the same directory, given its mode, then renamed over the path. What already is at
+/// the path is replaced only if it is a socket nobody answers on (stale, left by a crash), or with --take-over.
+fn bind_stable(
+    path: &Path,
+    mode: u32,
+    take_over: bool,
+) -> Result<(UnixListener, OwnedSocket), NodeProxyError> {
+    let fail = |reason: String| NodeProxyError::Socket {
+        path: path.to_path_buf(),
+        reason,
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_socket() => {
+            return Err(fail(
+                "exists and is not a socket; it is left alone (remove it or choose another --socket)".into(),
+            ));
+        }
+        Ok(_) => match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) if !take_over => {
+                return Err(fail(
+                    "a process answers on it (another node-proxy?): stop it first, or pass --take-over to replace its socket atomically".into(),
+                ));
+            }
+            Ok(_) => {
+                info!(socket = %path.display(), "taking over the stable socket from the process serving it")
+            }
+            Err(_) => {
+                info!(socket = %path.display(), "replacing a stale socket (nothing answers on it)")
+            }
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail(format!("cannot inspect: {e}"))),
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(fail(format!(
+            "its directory {} does not exist",
+            dir.display()
+        )));
+    }
+    let file = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = dir.join(format!(".{file}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&temp);
+    let listener = UnixListener::bind(&temp).map_err(|e| fail(format!("cannot bind: {e}")))?;
+    let placed = std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode))
+        .and_then(|()| std::fs::rename(&temp, path))
+        .and_then(|()| std::fs::symlink_metadata(path));
+    match placed {
+        Ok(meta) => Ok((
+            listener,
+            OwnedSocket {
+                path: path.to_path_buf(),
+                dev: meta.dev(),
+                ino: meta.ino(),
+            },
+        )),
+        Err(e) => {
+            let _ = std::fs::remove_file(&temp);
+            Err(fail(format!("cannot put the socket in place: {e}")))
+        }
+    }
+}
+
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+async fn accept_loop(listener: Listener, route: Arc<Route>, shared: Arc<Shared>) {
+    let mut phase = shared.phase.subscribe();
+    loop {
+        // The permit first: at --max-connections, new clients wait in the kernel's backlog, not in memory.
+        let permit = tokio::select! {
+            biased;
+            _ = phase.wait_for(|p| *p != Phase::Serving) => break,
+            permit = shared.connections.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+        };
+        let accepted = tokio::select! {
+            biased;
+            _ = phase.wait_for(|p| *p != Phase::Serving) => break,
+            accepted = accept(&listener) => accepted,
+        };
+        match accepted {
+            Ok((Stream::Tcp(stream), peer)) => {
+                // The front relays small request/response messages: no Nagle delay on top of the PDP's.
+                let _ = stream.set_nodelay(true);
+                shared.count(|s| s.accepted += 1);
+                tokio::spawn(serve(stream, peer, route.clone(), shared.clone(), permit));
+            }
+            Ok((Stream::Unix(stream), peer)) => {
+                shared.count(|s| s.accepted += 1);
+                tokio::spawn(serve(stream, peer, route.clone(), shared.clone(), permit));
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: say so, and do not spin.
+                warn!(route = route.kind, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    debug!(route = route.kind, "listener closed");
+}
+
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+async fn accept(listener: &Listener) -> io::Result<(Stream, String)> {
+    match listener {
+        Listener::Tcp(l) => {
+            let (s, peer) = l.accept().await?;
+            Ok((Stream::Tcp(s), peer.to_string()))
+        }
+        Listener::Unix(l) => {
+            let (s, _) = l.accept().await?;
+            let peer = s
+                .peer_cred()
+                .ok()
+                .and_then(|c| c.pid())
+                .map_or_else(|| "unix".to_string(), |pid| format!("unix pid {pid}"));
+            Ok((Stream::Unix(s), peer))
+        }
+    }
+}
+
+/// One client connection: find an instance (waiting if none is ready), then copy bytes both ways until
+/// either side closes, or the drain ends.
+async fn serve<S>(
+    mut client: S,
+    peer: String,
+    route: Arc<Route>,
+    shared: Arc<Shared>,
+    _permit: OwnedSemaphorePermit,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let started = Instant::now();
+    let deadline = started + shared.wait;
+    let mut phase = shared.phase.subscribe();
+    let mut waited = false;
+    let (name, mut backend) = loop {
+        if let Some(found) = connect_newest(&route, &shared).await {
+            break found;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            shared.count(|s| s.gave_up += 1);
+            warn!(
+                route = route.kind,
+                peer,
+                waited_ms = started.elapsed().as_millis() as u64,
+                "no PDP instance ready within --wait: connection closed"
+            );
+            return;
+        }
+        if !waited {
+            waited = true;
+            shared.count(|s| s.waited += 1);
+            info!(
+                route = route.kind,
+                peer, "no PDP instance ready: the connection waits"
+            );
+        }
+        let nap = shared.retry_interval.min(deadline - now);
+        tokio::select! {
+            _ = tokio::time::sleep(nap) => {}
+            _ = phase.wait_for(|p| *p == Phase::Stopped) => {
+                shared.count(|s| s.cut_at_drain += 1);
+                return;
+            }
+        }
+    };
+    shared.instance(&name, |c| c.forwarded += 1);
+    if waited {
+        info!(
+            route = route.kind,
+            peer,
+            instance = name,
+            waited_ms = started.elapsed().as_millis() as u64,
+            "PDP instance ready: forwarding after the wait"
+        );
+    } else {
+        debug!(route = route.kind, peer, instance = name, "forwarding");
+    }
+    let copied = tokio::select! {
+        copied = tokio::io::copy_bidirectional(&mut client, &mut backend) => copied,
+        _ = phase.wait_for(|p| *p == Phase::Stopped) => {
+            shared.count(|s| s.cut_at_drain += 1);
+            debug!(route = route.kind, peer, instance = name, "closed at the end of the drain");
+            return;
+        }
+    };
+    match copied {
+        Ok((up, down)) => debug!(
+            route = route.kind,
+            peer,
+            instance = name,
+            up,
+            down,
+            "connection closed"
+        ),
+        Err(e) => {
+            shared.instance(&name, |c| c.errors += 1);
+            debug!(route = route.kind, peer, instance = name, error = %e, "connection ended with an error");
+        }
+    }
+}
+
+/// The instance sockets of a route, as found now.
+fn candidates(route: &Route) -> Vec<Candidate> {
+    let entries = match std::fs::read_dir(&route.dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            debug!(instances = %route.dir.display(), error = %e, "cannot read the instances directory");
+            return Vec::new();
+        }
+    };
+    entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let file_name = entry.file_name();
+            let name = route::instance_name(file_name.to_str()?, &route.suffix)?;
+            // Follows a symbolic link, so an instance may also be published as a link to its socket.
+            let meta = std::fs::metadata(entry.path()).ok()?;
+            if !meta.file_type().is_socket() {
+                return None;
+            }
+            Some(Candidate {
+                name: name.to_string(),
+                bound_at: meta.modified().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// A connection to the newest instance that accepts one; `None` when none does now.
+async fn connect_newest(route: &Route, shared: &Shared) -> Option<(String, UnixStream)> {
+    let mut found = candidates(route);
+    route::newest_first(&mut found);
+    for candidate in found {
+        let path = route
+            .dir
+            .join(format!("{}{}", candidate.name, route.suffix));
+        match tokio::time::timeout(shared.connect_timeout, UnixStream::connect(&path)).await {
+            Ok(Ok(stream)) => return Some((candidate.name, stream)),
+            Ok(Err(e)) => {
+                shared.instance(&candidate.name, |c| c.skipped += 1);
+                debug!(route = route.kind, instance = candidate.name, error = %e, "instance skipped");
+            }
+            Err(_) => {
+                shared.instance(&candidate.name, |c| c.skipped += 1);
+                warn!(
+                    route = route.kind,
+                    instance = candidate.name,
+                    timeout = ?shared.connect_timeout,
+                    "instance skipped: it did not accept in time"
+                );
+            }
+        }
+    }
+    None
+}
+
+async fn log_stats(shared: Arc<Shared>, every: Duration) {
+    let mut last = Stats::default();
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let now = shared
+            .stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if now != last {
+            info!(
+                accepted = now.accepted,
+                waited = now.waited,
+                gave_up = now.gave_up,
+                instances = ?now.instances,
+                "node-proxy counters"
+            );
+            last = now;
+        }
+    }
+}
