@@ -22,8 +22,9 @@
 #      approximated by plain maps and lists.
 #   5. If a pdp-injector binary is available (PDP_INJECTOR_BIN, or target/{release,debug}/pdp-injector; this
 #      script never builds one), the rendered config.yaml is loaded by the real parser, and a sample opted-in
-#      Pod is injected with it to check that the daemonset wiring (address port, socket path) matches the
-#      cerbos-pdp DaemonSet of the same overlay. Without a binary this step is reported as skipped.
+#      Pod is injected with it to check that the daemonset wiring holds end to end: the address port and socket
+#      path are the front's (pdp-node-front), and the front forwards to where the cerbos-pdp DaemonSet's Cerbos
+#      listens. Without a binary this step is reported as skipped.
 #
 # Usage: scripts/validate-manifests.sh [overlay...]   (default: every overlay). Run from anywhere.
 # Needs: kubectl (with its built-in kustomize), python3 (3.11+); installs kubernetes-validate==1.37.0 and
@@ -232,13 +233,20 @@ def configs(outdir):
 
 
 def wiring(outdir, binary):
-    """Injects a sample opted-in Pod with the overlay's config and checks the result against the overlay's
-    cerbos-pdp DaemonSet. Prints a one-line summary."""
+    """Injects a sample opted-in Pod with the overlay's config and follows its wiring through the overlay: the
+    address and socket it gets are the front's (pdp-node-front: hostPort, stable socket in a hostPath), and the
+    front's instance sockets are where the cerbos-pdp DaemonSet's Cerbos listens (per Pod, ${POD_NAME}, in a
+    hostPath both mount). Prints a one-line summary."""
     docs = load(os.path.join(outdir, "rendered.yaml"))
-    ds = [d for d in docs if d.get("kind") == "DaemonSet" and d["metadata"]["name"] == "cerbos-pdp"]
-    if not ds:
+    by_name = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "DaemonSet"}
+    if "cerbos-pdp" not in by_name:
         print("no DaemonSet in this overlay, wiring not compared")
         return 0
+    errors = []
+    front = by_name.get("pdp-node-front")
+    if not front:
+        print("  error: cerbos-pdp without the front DaemonSet pdp-node-front", file=sys.stderr)
+        return 1
     pod = {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "wiring-check", "namespace": "demo",
@@ -257,29 +265,51 @@ def wiring(outdir, binary):
     out = [d for d in yaml.safe_load_all(res.stdout) if d and d.get("kind") == "Pod"][0]
     app = out["spec"]["containers"][0]
     env = {e["name"]: e for e in app.get("env") or []}
-    errors = []
-    spec = ds[0]["spec"]["template"]["spec"]
-    host_ports = {p.get("hostPort") for c in spec["containers"] for p in c.get("ports") or [] if p.get("hostPort")}
-    host_paths = {v["hostPath"]["path"].rstrip("/") for v in spec.get("volumes") or [] if v.get("hostPath")}
+
+    def host_paths(ds):
+        spec = ds["spec"]["template"]["spec"]
+        return {v["hostPath"]["path"].rstrip("/") for v in spec.get("volumes") or [] if v.get("hostPath")}
+    fspec = front["spec"]["template"]["spec"]
+    fc = fspec["containers"][0]
+    args = dict(a[2:].split("=", 1) for a in fc.get("args") or [] if a.startswith("--") and "=" in a)
+    if (fc.get("args") or [None])[0] != "node-proxy":
+        errors.append(f"pdp-node-front does not run node-proxy: args {fc.get('args')}")
+    host_ports = {p.get("hostPort") for p in fc.get("ports") or [] if p.get("hostPort")}
     addr = (env.get("CERBOS_PDP_ADDR") or {}).get("value", "")
     port = addr.rsplit(":", 1)[-1] if ":" in addr else ""
     if not port.isdigit() or int(port) not in host_ports:
-        errors.append(f"CERBOS_PDP_ADDR={addr!r} does not point at a hostPort of cerbos-pdp {sorted(host_ports)}")
+        errors.append(f"CERBOS_PDP_ADDR={addr!r} does not point at a hostPort of pdp-node-front {sorted(host_ports)}")
     sock = (env.get("CERBOS_PDP_SOCKET") or {}).get("value", "")
-    if os.path.dirname(sock) not in host_paths:
-        errors.append(f"CERBOS_PDP_SOCKET={sock!r} is not in a hostPath of cerbos-pdp {sorted(host_paths)}")
+    if os.path.dirname(sock) not in host_paths(front):
+        errors.append(f"CERBOS_PDP_SOCKET={sock!r} is not in a hostPath of pdp-node-front {sorted(host_paths(front))}")
+    if args.get("socket") != sock:
+        errors.append(f"the front serves --socket={args.get('socket')!r}, apps get CERBOS_PDP_SOCKET={sock!r}")
+    instances = args.get("instances", "").rstrip("/")
+    pdp = by_name["cerbos-pdp"]
+    for name, ds in (("pdp-node-front", front), ("cerbos-pdp", pdp)):
+        if instances not in host_paths(ds):
+            errors.append(f"the front's --instances={instances!r} is not a hostPath of {name}")
+    if instances in host_paths(pdp) and os.path.dirname(sock) == instances:
+        errors.append("the instance sockets share the apps' socket directory")
+    pdp_env = {e["name"]: e for e in pdp["spec"]["template"]["spec"]["containers"][0].get("env") or []}
+    if (pdp_env.get("POD_NAME", {}).get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") != "metadata.name":
+        errors.append("cerbos-pdp has no POD_NAME from metadata.name (its sockets are named after its Pod)")
     cerbos_conf = [d for d in docs if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == "cerbos-pdp-config"]
     if cerbos_conf:
         server = yaml.safe_load(cerbos_conf[0]["data"]["config.yaml"]).get("server", {})
-        listeners = {server.get("httpListenAddr", ""), server.get("grpcListenAddr", "")}
-        if f"unix:{sock}" not in listeners:
-            errors.append(f"no Cerbos listener on unix:{sock} (listeners: {sorted(listeners)})")
-        if not any(l.endswith(f":{port}") and not l.startswith("unix:") for l in listeners):
-            errors.append(f"no Cerbos TCP listener on port {port} (listeners: {sorted(listeners)})")
+        want = {"grpcListenAddr": f"unix:{instances}/${{POD_NAME}}{args.get('tcp-backend', '.grpc.sock')}",
+                "httpListenAddr": f"unix:{instances}/${{POD_NAME}}{args.get('socket-backend', '.http.sock')}"}
+        for key, value in want.items():
+            if server.get(key) != value:
+                errors.append(f"Cerbos {key} is {server.get(key)!r}, the front forwards to {value!r}")
+    else:
+        errors.append("no ConfigMap cerbos-pdp-config")
     for e in errors:
         print(f"  error: {e}", file=sys.stderr)
     if not errors:
-        print(f"injected Pod: CERBOS_PDP_ADDR={addr}, CERBOS_PDP_SOCKET={sock}; matches cerbos-pdp")
+        print(f"injected Pod: CERBOS_PDP_ADDR={addr}, CERBOS_PDP_SOCKET={sock}; the front forwards them to "
+              f"{instances}/<pod>{args.get('tcp-backend')} and <pod>{args.get('socket-backend')}, where cerbos-pdp "
+              "listens")
     return 1 if errors else 0
 
 

@@ -711,32 +711,56 @@ fn network_policy_component_admits_only_what_must_reach_the_webhook_and_the_pdp(
         BTreeSet::from([tcp(443), tcp(6443), ("UDP".into(), 53), tcp(53)])
     );
 
-    let pdp = find(&docs, "NetworkPolicy", "cerbos-pdp").unwrap();
-    assert_eq!(pdp["metadata"]["namespace"], "pdp-node");
-    let daemonset = find(&docs, "DaemonSet", "cerbos-pdp").unwrap();
-    let ds_labels = &daemonset["spec"]["template"]["metadata"]["labels"];
-    for (k, v) in pdp["spec"]["podSelector"]["matchLabels"]
-        .as_object()
-        .unwrap()
-    {
-        assert_eq!(&ds_labels[k], v, "the policy selects the PDP Pods");
-    }
-    assert!(
-        pdp["spec"]["policyTypes"]
+    // The front takes ingress on the port it publishes, and only there; the PDP Pods listen on no TCP port, so
+    // their policy admits nothing.
+    let selects = |policy: &Value, daemonset: &Value| {
+        let labels = &daemonset["spec"]["template"]["metadata"]["labels"];
+        for (k, v) in policy["spec"]["podSelector"]["matchLabels"]
+            .as_object()
+            .unwrap()
+        {
+            assert_eq!(&labels[k], v, "the policy selects the DaemonSet's Pods");
+        }
+        assert!(
+            policy["spec"]["policyTypes"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("Ingress"))
+        );
+    };
+    let host_ports = |daemonset: &Value| -> Vec<i64> {
+        daemonset["spec"]["template"]["spec"]["containers"]
             .as_array()
             .unwrap()
-            .contains(&json!("Ingress"))
+            .iter()
+            .flat_map(|c| c["ports"].as_array().into_iter().flatten())
+            .filter_map(|p| p["hostPort"].as_i64())
+            .collect()
+    };
+    let front_policy = find(&docs, "NetworkPolicy", "pdp-node-front").unwrap();
+    let front = find(&docs, "DaemonSet", "pdp-node-front").unwrap();
+    assert_eq!(front_policy["metadata"]["namespace"], "pdp-node");
+    selects(front_policy, front);
+    assert_eq!(
+        ports(&front_policy["spec"]["ingress"]),
+        BTreeSet::from([tcp(3593)])
     );
-    // Ingress only to the gRPC port the DaemonSet publishes.
-    assert_eq!(ports(&pdp["spec"]["ingress"]), BTreeSet::from([tcp(3593)]));
-    let published: Vec<i64> = daemonset["spec"]["template"]["spec"]["containers"]
+    assert_eq!(host_ports(front), vec![3593]);
+
+    let pdp_policy = find(&docs, "NetworkPolicy", "cerbos-pdp").unwrap();
+    let pdp = find(&docs, "DaemonSet", "cerbos-pdp").unwrap();
+    selects(pdp_policy, pdp);
+    assert!(
+        pdp_policy["spec"].get("ingress").is_none(),
+        "no ingress to the PDP Pods"
+    );
+    let pdp_ports = pdp["spec"]["template"]["spec"]["containers"]
         .as_array()
         .unwrap()
         .iter()
         .flat_map(|c| c["ports"].as_array().into_iter().flatten())
-        .filter_map(|p| p["hostPort"].as_i64())
-        .collect();
-    assert_eq!(published, vec![3593]);
+        .count();
+    assert_eq!(pdp_ports, 0, "the PDP listens on its sockets only");
 }
 
 #[test]

@@ -222,6 +222,83 @@ async fn the_newest_instance_that_accepts_gets_new_connections() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_move_to_a_newer_instance_between_exchanges_never_during_one() {
+    let dir = TempDir::new("move");
+    let front = proxy::start(NodeProxyFlags {
+        rebalance_interval: Duration::from_millis(20),
+        ..flags(&dir)
+    })
+    .await
+    .unwrap();
+    let _old = Instance::start(&dir.instances(), "old.sock", "old");
+    let mut idle_tcp = tcp(&front).await.unwrap();
+    let mut idle_unix = unix(&front).await.unwrap();
+    let mut busy = unix(&front).await.unwrap();
+    assert_eq!(ask_on(&mut idle_tcp, "a").await.unwrap(), "old:a");
+    assert_eq!(ask_on(&mut idle_unix, "a").await.unwrap(), "old:a");
+    assert_eq!(ask_on(&mut busy, "a").await.unwrap(), "old:a");
+    // `busy` starts a request (no end of line yet): it is in the middle of an exchange.
+    busy.get_mut().write_all(b"half").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _new = Instance::start(&dir.instances(), "new.sock", "new");
+
+    // The idle ones are closed by the front (end of stream, as a server closes an idle keep-alive connection);
+    // their clients reconnect and reach the new instance.
+    for conn in [&mut idle_unix] {
+        let mut line = String::new();
+        let n = tokio::time::timeout(Duration::from_secs(5), conn.read_line(&mut line))
+            .await
+            .expect("an idle connection to the old instance is closed once a newer one serves")
+            .unwrap();
+        assert_eq!(n, 0, "closed without a stray reply: {line:?}");
+    }
+    let mut line = String::new();
+    let n = tokio::time::timeout(Duration::from_secs(5), idle_tcp.read_line(&mut line))
+        .await
+        .expect("the idle TCP connection is closed too")
+        .unwrap();
+    assert_eq!(n, 0);
+    assert_eq!(ask_unix(&front, "b").await.unwrap(), "new:b");
+    assert_eq!(ask_tcp(&front, "b").await.unwrap(), "new:b");
+
+    // The busy one was left alone: its request completes on the old instance, then it moves too.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(ask_on(&mut busy, "").await.unwrap(), "old:half");
+    let mut line = String::new();
+    let n = tokio::time::timeout(Duration::from_secs(5), busy.read_line(&mut line))
+        .await
+        .expect("moved after its exchange")
+        .unwrap();
+    assert_eq!(n, 0);
+    let stats = front.stats();
+    assert_eq!(stats.instances["old"].moved, 3);
+    assert_eq!(stats.instances["old"].errors, 0);
+    assert_eq!(stats.instances.get("new").map_or(0, |c| c.moved), 0);
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_rebalancing_off_connections_stay_until_closed() {
+    let dir = TempDir::new("stay");
+    let front = proxy::start(NodeProxyFlags {
+        rebalance_interval: Duration::ZERO,
+        ..flags(&dir)
+    })
+    .await
+    .unwrap();
+    let _old = Instance::start(&dir.instances(), "old.sock", "old");
+    let mut conn = unix(&front).await.unwrap();
+    assert_eq!(ask_on(&mut conn, "a").await.unwrap(), "old:a");
+    tokio::time::sleep(APART).await;
+    let _new = Instance::start(&dir.instances(), "new.sock", "new");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(ask_on(&mut conn, "b").await.unwrap(), "old:b");
+    assert_eq!(ask_unix(&front, "c").await.unwrap(), "new:c");
+    assert_eq!(front.stats().instances["old"].moved, 0);
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replacing_instances_under_load_fails_no_request() {
     let dir = TempDir::new("replace");
     let front = Arc::new(proxy::start(flags(&dir)).await.unwrap());
@@ -305,11 +382,14 @@ async fn replacing_instances_under_load_fails_no_request() {
     for tag in ["a", "b", "c"] {
         assert!(tags.iter().any(|(_, t)| t == tag), "{tag} never answered");
     }
-    // The connection opened before the replacement stays on its instance.
-    assert_eq!(ask_on(&mut held, "still").await.unwrap(), "a:still");
+    // The connection opened before the replacement was idle: the front closed it between two exchanges once
+    // a newer instance served (its client reconnects to the newest), before `a` exited.
+    let mut line = String::new();
+    assert_eq!(held.read_line(&mut line).await.unwrap(), 0, "{line:?}");
     assert!(c.path.exists());
     let stats = front.stats();
     assert_eq!((stats.waited, stats.gave_up), (0, 0));
+    assert_eq!(stats.instances["pdp-a"].moved, 1);
     println!("{} requests, stats {stats:?}", tags.len());
     drop(held);
     Arc::into_inner(front).unwrap().shutdown().await;

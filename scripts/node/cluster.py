@@ -49,8 +49,8 @@ SYSCTLS = ["net.ipv4.ip_forward", "net.ipv4.conf.all.route_localnet", "net.bridg
            "net.bridge.bridge-nf-call-ip6tables", "vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic",
            "kernel.panic_on_oops", "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes"]
 # Directories outside STATE/RUN that the components create; removed by down if up found them absent.
-OUTSIDE_DIRS = ["/var/log/pods", "/var/log/containers", "/var/run/cerbos", "/run/containerd", "/var/lib/cni",
-                "/run/netns", "/var/run/netns", "/etc/cni", "/opt/cni"]
+OUTSIDE_DIRS = ["/var/log/pods", "/var/log/containers", "/var/run/cerbos", "/var/run/cerbos-instances",
+                "/run/containerd", "/var/lib/cni", "/run/netns", "/var/run/netns", "/etc/cni", "/opt/cni"]
 COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet",
               "kube-proxy"]
 

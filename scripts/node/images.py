@@ -20,6 +20,8 @@ The images, under the names the manifests and the injector's built-in profile us
   docker.io/library/busybox:1.37.0         Debian's busybox-static with its applet links (the DaemonSet's chown)
   registry.k8s.io/pause:3.9                the sandbox image (containerd's sandbox_image): busybox sleeping
   localhost/pdp-injector-node/pdpclient:dev  the test client (scripts/node/pdpclient)
+  localhost/pdp-injector-node/cerbos:next  the same Cerbos as another image (a marker file makes its digest
+                                           differ): the "new image" of the PDP upgrade case
 """
 import argparse
 import hashlib
@@ -37,6 +39,7 @@ CERBOS = "ghcr.io/cerbos/cerbos:0.42.0"
 BUSYBOX = "docker.io/library/busybox:1.37.0"
 PAUSE = "registry.k8s.io/pause:3.9"
 CLIENT = "localhost/pdp-injector-node/pdpclient:dev"
+CERBOS_NEXT = "localhost/pdp-injector-node/cerbos:next"
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FORMAT = "1"  # bump when the layout below changes
 
@@ -175,8 +178,10 @@ def images(args):
         return layer, {"Entrypoint": ["/usr/local/bin/pdp-injector"], "Cmd": ["serve"], "User": "65532:65532",
                        "Env": [PATH_ENV], "ExposedPorts": {"8443/tcp": {}}}
 
-    def cerbos():
+    def cerbos(marker=None):
         layer = Layer()
+        if marker:
+            layer.data("etc/pdp-injector-node-image", marker + "\n")
         layer.file("cerbos", args.cerbos)
         layer.dir("tmp", 0o1777)
         passwd(layer, [("root", 0), ("cerbos", 10001)])
@@ -206,6 +211,7 @@ def images(args):
     return {
         PDP_INJECTOR: ([args.pdp_injector] + shared_libs(args.pdp_injector), webhook),
         CERBOS: ([args.cerbos], cerbos),
+        CERBOS_NEXT: ([args.cerbos], lambda: cerbos(CERBOS_NEXT)),
         BUSYBOX: ([args.busybox], busybox),
         PAUSE: ([args.busybox], pause),
         CLIENT: ([args.client], client),

@@ -26,7 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncWrite};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinHandle;
@@ -99,6 +101,10 @@ pub struct NodeProxyFlags {
     #[arg(long, env = "PDP_NODE_PROXY_MAX_CONNECTIONS", default_value_t = 4096,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
+    /// How often the front looks for a newer PDP instance and moves idle connections to it (see "Moving
+    /// connections" in the module docs); 0s never moves a connection (it stays until either side closes it).
+    #[arg(long, env = "PDP_NODE_PROXY_REBALANCE_INTERVAL", default_value = "250ms", value_parser = duration_flag)]
+    pub rebalance_interval: Duration,
     /// How often the counters are logged, when they changed; 0s never.
     #[arg(long, env = "PDP_NODE_PROXY_STATS_INTERVAL", default_value = "60s", value_parser = duration_flag)]
     pub stats_interval: Duration,
@@ -150,6 +156,8 @@ pub struct InstanceCounts {
     pub skipped: u64,
     /// Forwarded connections that ended with an I/O error (either side).
     pub errors: u64,
+    /// Connections to it that the front closed between two exchanges because a newer instance serves.
+    pub moved: u64,
 }
 
 /// What the front has done since it started (logged every --stats-interval, read by tests).
@@ -180,6 +188,9 @@ struct Route {
     kind: &'static str,
     dir: PathBuf,
     suffix: String,
+    /// The newest instance known to accept connections (by [`track_newest`]); `None` before the first look,
+    /// or when none accepts.
+    newest: watch::Sender<Option<String>>,
 }
 
 struct Shared {
@@ -238,6 +249,7 @@ pub struct Running {
     shared: Arc<Shared>,
     accept_tasks: Vec<JoinHandle<()>>,
     stats_task: Option<JoinHandle<()>>,
+    trackers: Vec<JoinHandle<()>>,
     max_connections: u32,
     drain_timeout: Duration,
 }
@@ -299,6 +311,9 @@ impl Running {
         if let Some(task) = self.stats_task.take() {
             task.abort();
         }
+        for task in self.trackers.drain(..) {
+            task.abort();
+        }
         // The connections cut above end at their next poll; give them that moment before the runtime goes.
         if cut > 0 {
             let all = self.shared.connections.acquire_many(self.max_connections);
@@ -355,7 +370,9 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
         kind: "tcp",
         dir: flags.instances.clone(),
         suffix: flags.tcp_backend.clone(),
+        newest: watch::Sender::new(None),
     });
+    let mut routes = vec![tcp_route.clone()];
     for listener in tcp_listeners {
         accept_tasks.push(tokio::spawn(accept_loop(
             Listener::Tcp(listener),
@@ -368,7 +385,9 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
             kind: "socket",
             dir: flags.instances.clone(),
             suffix: flags.socket_backend.clone(),
+            newest: watch::Sender::new(None),
         });
+        routes.push(route.clone());
         accept_tasks.push(tokio::spawn(accept_loop(
             Listener::Unix(listener),
             route,
@@ -377,6 +396,14 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
     }
     let stats_task = (!flags.stats_interval.is_zero())
         .then(|| tokio::spawn(log_stats(shared.clone(), flags.stats_interval)));
+    let trackers = if flags.rebalance_interval.is_zero() {
+        Vec::new()
+    } else {
+        routes
+            .into_iter()
+            .map(|r| tokio::spawn(track_newest(r, shared.clone(), flags.rebalance_interval)))
+            .collect()
+    };
     let socket = owned.as_ref().map(|o| o.path.clone());
     info!(
         tcp = ?tcp,
@@ -394,6 +421,7 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
         shared,
         accept_tasks,
         stats_task,
+        trackers,
         max_connections: flags.max_connections,
         drain_timeout: flags.drain_timeout,
     })
@@ -636,8 +664,19 @@ async fn serve<S>(
     } else {
         debug!(route = route.kind, peer, instance = name, "forwarding");
     }
+    let activity = Arc::new(Activity::new());
+    let (client_r, client_w) = tokio::io::split(client);
+    let (backend_r, backend_w) = backend.into_split();
+    let up = pipe(Tracked::new(client_r, UP, activity.clone()), backend_w);
+    let down = pipe(Tracked::new(backend_r, DOWN, activity.clone()), client_w);
+    let newest = route.newest.subscribe();
     let copied = tokio::select! {
-        copied = tokio::io::copy_bidirectional(&mut client, &mut backend) => copied,
+        (up, down) = async { tokio::join!(up, down) } => up.and_then(|up| down.map(|down| (up, down))),
+        _ = until_moved(&name, newest, &activity) => {
+            shared.instance(&name, |c| c.moved += 1);
+            debug!(route = route.kind, peer, instance = name, "moved: closed between two exchanges, a newer instance serves");
+            return;
+        }
         _ = phase.wait_for(|p| *p == Phase::Stopped) => {
             shared.count(|s| s.cut_at_drain += 1);
             debug!(route = route.kind, peer, instance = name, "closed at the end of the drain");
@@ -656,6 +695,160 @@ async fn serve<S>(
         Err(e) => {
             shared.instance(&name, |c| c.errors += 1);
             debug!(route = route.kind, peer, instance = name, error = %e, "connection ended with an error");
+        }
+    }
+}
+
+/// Copies one direction until end of stream, then passes the end on (half-close), as `copy_bidirectional`
+/// does for each side.
+async fn pipe<R, W>(mut from: R, mut to: W) -> io::Result<u64>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let n = tokio::io::copy(&mut from, &mut to).await?;
+    to.shutdown().await?;
+    Ok(n)
+}
+
+const UP: u8 = 1;
+const DOWN: u8 = 2;
+
+/// When a connection last carried bytes, and which way: enough to see the pause between two exchanges.
+struct Activity {
+    origin: Instant,
+    /// Microseconds since `origin` of the last read that returned bytes.
+    last_us: AtomicU64,
+    /// [`UP`] (client to instance), [`DOWN`], or 0 before the first byte.
+    last_dir: AtomicU8,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+            last_us: AtomicU64::new(0),
+            last_dir: AtomicU8::new(0),
+        }
+    }
+
+    fn mark(&self, dir: u8) {
+        let us = self.origin.elapsed().as_micros() as u64;
+        self.last_us.store(us, Ordering::Relaxed);
+        self.last_dir.store(dir, Ordering::Relaxed);
+    }
+
+    /// How long the connection has been quiet after an answer, or `None` while a request may be under way
+    /// (the last bytes went to the instance) or before any byte.
+    fn quiet_after_answer(&self) -> Option<Duration> {
+        (self.last_dir.load(Ordering::Relaxed) == DOWN).then(|| {
+            let now = self.origin.elapsed().as_micros() as u64;
+            Duration::from_micros(now.saturating_sub(self.last_us.load(Ordering::Relaxed)))
+        })
+    }
+}
+
+/// A reader that records in [`Activity`] when it returned bytes.
+struct Tracked<R> {
+    inner: R,
+    dir: u8,
+    activity: Arc<Activity>,
+}
+
+impl<R> Tracked<R> {
+    fn new(inner: R, dir: u8, activity: Arc<Activity>) -> Self {
+        Self {
+            inner,
+            dir,
+            activity,
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Tracked<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.mark(self.dir);
+        }
+        polled
+    }
+}
+
+/// How long a connection must have been quiet after an answer before it is moved: the pause between two
+/// exchanges. Closing then is what an HTTP/1.1 server does with an idle keep-alive connection, which clients
+/// expect; closing in the middle of an exchange would fail it.
+const MOVE_QUIET: Duration = Duration::from_millis(10);
+
+/// Resolves when this connection should be closed so that its client reconnects to a newer instance: a newer
+/// instance accepts connections, and the connection is between two exchanges. Never resolves otherwise.
+///
+/// Why: a terminating instance may fail requests on connections it still has. Cerbos stops its gRPC server
+/// before its HTTP server, and its HTTP API calls its own gRPC listener, so an HTTP/1.1 keep-alive connection
+/// to a terminating Cerbos gets 503s until it is closed; HTTP/1.1 has no GOAWAY to move it. Moving idle
+/// connections as soon as the new instance serves (long before the old one is stopped) leaves it nothing to
+/// fail. HTTP/2 connections (gRPC) rarely pause after an answer (the client acknowledges data with
+/// WINDOW_UPDATE); they move on the instance's GOAWAY instead.
+///
+/// Only a change announced after the connection was forwarded counts (`newest` is subscribed then): a
+/// connection that went to an instance newer than the tracker knew of yet is not moved back and forth.
+async fn until_moved(name: &str, mut newest: watch::Receiver<Option<String>>, activity: &Activity) {
+    let elsewhere = |n: &Option<String>| n.as_deref().is_some_and(|n| n != name);
+    loop {
+        if newest.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        if !elsewhere(&newest.borrow_and_update()) {
+            continue;
+        }
+        loop {
+            match activity.quiet_after_answer() {
+                Some(quiet) if quiet >= MOVE_QUIET => return,
+                Some(quiet) => tokio::time::sleep(MOVE_QUIET - quiet).await,
+                None => tokio::time::sleep(MOVE_QUIET).await,
+            }
+            if !elsewhere(&newest.borrow()) {
+                break;
+            }
+        }
+    }
+}
+
+/// Keeps `route.newest` current: every `every`, the newest instance socket that accepts a connection. Probes
+/// only a candidate newer than the current one, so a steady node costs one directory read per tick and no
+/// connection; a stale socket (left by a crash) is probed and passed over.
+async fn track_newest(route: Arc<Route>, shared: Arc<Shared>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let mut found = candidates(&route);
+        route::newest_first(&mut found);
+        let current = route.newest.borrow().clone();
+        let mut chosen = None;
+        for candidate in found {
+            if current.as_deref() == Some(candidate.name.as_str()) {
+                chosen = current.clone();
+                break;
+            }
+            let path = route
+                .dir
+                .join(format!("{}{}", candidate.name, route.suffix));
+            if let Ok(Ok(_probe)) =
+                tokio::time::timeout(shared.connect_timeout, UnixStream::connect(&path)).await
+            {
+                chosen = Some(candidate.name);
+                break;
+            }
+        }
+        if chosen != current {
+            info!(route = route.kind, from = ?current, to = ?chosen, "newest PDP instance");
+            route.newest.send_replace(chosen);
         }
     }
 }

@@ -139,24 +139,31 @@ fn names_ports_and_paths_in_the_docs_are_the_rendered_ones() {
         !cerbos.sidecar.unix_socket,
         "the sidecar has no socket by default"
     );
-    let daemonset = read("manifests/components/pdp-daemonset/daemonset.yaml");
+    // The node's endpoints are the front's: gRPC on hostPort 3593 and the stable socket; the PDP behind it
+    // publishes nothing and listens on its own per-Pod sockets, which the front forwards to.
+    let front = read("manifests/components/pdp-daemonset/front.yaml");
     assert!(
-        daemonset.contains("hostPort: 3593"),
-        "the DaemonSet publishes gRPC on 3593"
+        front.contains("hostPort: 3593"),
+        "the front publishes gRPC on 3593"
     );
     assert!(
-        !daemonset.contains("hostPort: 3592"),
-        "the DaemonSet publishes no HTTP port"
+        front.contains(&format!("--socket={}", cerbos.socket.path())),
+        "the front serves the profile's socket"
+    );
+    let daemonset = read("manifests/components/pdp-daemonset/daemonset.yaml");
+    assert!(
+        !daemonset.contains("hostPort:"),
+        "the PDP publishes no port (its surge Pod must fit next to the old one)"
     );
     let server = read("manifests/components/pdp-daemonset/cerbos-config.yaml");
     assert!(
-        server.contains(&format!(
-            "httpListenAddr: \"unix:{}\"",
-            cerbos.socket.path()
-        )),
-        "the DaemonSet's HTTP listener is the socket"
+        server.contains("httpListenAddr: \"unix:/var/run/cerbos-instances/${POD_NAME}.http.sock\"")
+            && server.contains(
+                "grpcListenAddr: \"unix:/var/run/cerbos-instances/${POD_NAME}.grpc.sock\""
+            ),
+        "the PDP listens on the per-Pod sockets the front forwards to"
     );
-    assert!(server.contains("grpcListenAddr: \":3593\""));
+    assert!(front.contains("--instances=/var/run/cerbos-instances"));
 
     // The Go snippet dials exactly the two forms the live test proves.
     let go = read("docs/snippets/grpc-client.go");

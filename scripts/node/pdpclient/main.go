@@ -1,8 +1,13 @@
 // pdpclient: the node tier's test app. It reads only what pdp-injector gave its container (CERBOS_PDP_ADDR,
-// CERBOS_PDP_SOCKET) and makes real Cerbos CheckResources calls with the shipped sample policy
+// CERBOS_PDP_SOCKET, and with a profile's tls setting CERBOS_PDP_TLS, CERBOS_PDP_TLS_CA,
+// CERBOS_PDP_TLS_SERVER_NAME, CERBOS_PDP_TLS_CERT, CERBOS_PDP_TLS_KEY) and makes real Cerbos CheckResources calls
+// with the shipped sample policy
 // (manifests/components/pdp-daemonset/policies/document.yaml: role user may view a document, nothing else):
 //
-//	tcp     gRPC  cerbos.svc.v1.CerbosService/CheckResources to $CERBOS_PDP_ADDR (HTTP/2 cleartext)
+//	tcp     gRPC  cerbos.svc.v1.CerbosService/CheckResources to $CERBOS_PDP_ADDR (HTTP/2 cleartext, or TLS with
+//	              ALPN h2 when CERBOS_PDP_TLS=true: the server verified against the CA file and the server name,
+//	              the client certificate given when the variables name one; files read at each dial, so
+//	              rotated certificates are used without a restart)
 //	socket  HTTP  POST /api/check/resources on $CERBOS_PDP_SOCKET (the JSON API, as curl --unix-socket does)
 //	sgrpc   gRPC  the same gRPC call over $CERBOS_PDP_SOCKET (Cerbos serves gRPC on its HTTP listener too)
 //
@@ -23,6 +28,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -186,6 +192,38 @@ func h2c(dial func(ctx context.Context) (net.Conn, error)) *http.Client {
 	return &http.Client{Transport: t, Timeout: timeout}
 }
 
+// tlsDialer dials addr and runs a TLS handshake as a gRPC SDK would with the injected variables.
+func tlsDialer(addr, caFile, serverName, certFile, keyFile string) func(ctx context.Context) (net.Conn, error) {
+	return func(ctx context.Context) (net.Conn, error) {
+		ca, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, err
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(ca) {
+			return nil, fmt.Errorf("no certificate in %s", caFile)
+		}
+		conf := &tls.Config{RootCAs: roots, ServerName: serverName, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12}
+		if certFile != "" && keyFile != "" {
+			cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				return nil, err
+			}
+			conf.Certificates = []tls.Certificate{cert}
+		}
+		d := tls.Dialer{Config: conf}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		if p := c.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != "h2" {
+			c.Close()
+			return nil, fmt.Errorf("tls: ALPN %q, want h2", p)
+		}
+		return c, nil
+	}
+}
+
 func unixDialer(path string) func(ctx context.Context) (net.Conn, error) {
 	return func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
@@ -269,8 +307,14 @@ type path struct {
 func wiredPaths(grpcOnSocket bool) []path {
 	var ps []path
 	if addr := os.Getenv("CERBOS_PDP_ADDR"); addr != "" {
-		c := h2c(tcpDialer(addr))
-		ps = append(ps, path{"tcp", addr, func(id string) (map[string]string, error) { return grpcCheck(c, id) }})
+		dial, target := tcpDialer(addr), addr
+		if os.Getenv("CERBOS_PDP_TLS") == "true" {
+			dial = tlsDialer(addr, os.Getenv("CERBOS_PDP_TLS_CA"), os.Getenv("CERBOS_PDP_TLS_SERVER_NAME"),
+				os.Getenv("CERBOS_PDP_TLS_CERT"), os.Getenv("CERBOS_PDP_TLS_KEY"))
+			target = "tls://" + addr
+		}
+		c := h2c(dial)
+		ps = append(ps, path{"tcp", target, func(id string) (map[string]string, error) { return grpcCheck(c, id) }})
 	}
 	if sock := os.Getenv("CERBOS_PDP_SOCKET"); sock != "" {
 		d := unixDialer(sock)
