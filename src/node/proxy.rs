@@ -608,7 +608,7 @@ async fn accept(listener: &Listener) -> io::Result<(Stream, String)> {
 /// One client connection: find an instance (waiting if none is ready), then copy bytes both ways until
 /// either side closes, or the drain ends.
 async fn serve<S>(
-    mut client: S,
+    client: S,
     peer: String,
     route: Arc<Route>,
     shared: Arc<Shared>,
@@ -620,7 +620,7 @@ async fn serve<S>(
     let deadline = started + shared.wait;
     let mut phase = shared.phase.subscribe();
     let mut waited = false;
-    let (name, mut backend) = loop {
+    let (name, backend) = loop {
         if let Some(found) = connect_newest(&route, &shared).await {
             break found;
         }
