@@ -917,7 +917,10 @@ async fn a_stalled_handshake_is_cut_off_and_frees_its_place() {
     write(&dir, &server, None);
     let _a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
     let mut f = tls_flags(&dir, false);
+    // One place, and one listener: an idle accept loop holds a place while it waits (the socket's would
+    // take the place the stalled client gives back).
     f.max_connections = 1;
+    f.no_socket = true;
     f.tls_handshake_timeout = Duration::from_millis(300);
     let front = proxy::start(f).await.unwrap();
     // Connects and says nothing: it holds the only place until the handshake bound.

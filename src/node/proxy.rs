@@ -412,7 +412,7 @@ impl Running {
 pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
     check(&flags)?;
     // The certificate first: a front that cannot serve TLS must not take the port.
-    let tls_start = match flags.tls_files().filter(|_| !flags.no_tcp) {
+    let tls_start = match flags.tls_files() {
         Some(files) => {
             let (reloader, loaded) = Reloader::start(&files.read()?, tls::ALPN_H2)?;
             Some((files, reloader, loaded))
@@ -1049,6 +1049,8 @@ async fn log_stats(shared: Arc<Shared>, every: Duration) {
                 waited = now.waited,
                 gave_up = now.gave_up,
                 tls_failed = now.tls_failed,
+                tls_reloaded = now.tls_reloaded,
+                tls_reload_failed = now.tls_reload_failed,
                 instances = ?now.instances,
                 "node-proxy counters"
             );
