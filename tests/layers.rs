@@ -23,8 +23,9 @@ const LAYERS: &[(&str, &[&str])] = &[
         "check",
         &["names", "config", "core", "tls", "cluster", "webhook"],
     ),
-    // The front uses the webhook only for its duration syntax, so every flag of the binary reads alike.
-    ("node", &["webhook"]),
+    // The front uses the webhook only for its duration syntax, so every flag of the binary reads alike, and
+    // tls for the serving configuration and its reload, shared with the webhook.
+    ("node", &["tls", "webhook"]),
 ];
 
 /// What the pure layers may not name: I/O, the runtime, the server stack, the Kubernetes client.

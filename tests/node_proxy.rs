@@ -1,11 +1,12 @@
 //! The node-local front (`node-proxy`) against real listeners: fake PDP instances are small echo servers on Unix
 //! sockets in a temporary directory that tag each reply with their name, so a reply says which instance served
-//! it. Traffic stays on 127.0.0.1 and on those sockets.
+//! it. Traffic stays on the loopback addresses (127.0.0.1, and ::1 where the machine has it) and on those
+//! sockets. Certificates for the TLS tests are generated per test (rcgen).
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use pdp_injector::node::proxy::{self, NodeProxyFlags};
@@ -41,6 +42,8 @@ impl Drop for TempDir {
 struct Instance {
     path: PathBuf,
     accept: Option<JoinHandle<()>>,
+    /// Connections it accepted.
+    connections: Arc<AtomicUsize>,
 }
 
 impl Instance {
@@ -48,18 +51,26 @@ impl Instance {
         let path = dir.join(file);
         let listener = UnixListener::bind(&path).unwrap();
         let tag = tag.to_string();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counted = connections.clone();
         let accept = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
+                counted.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(echo(stream, tag.clone()));
             }
         });
         Instance {
             path,
             accept: Some(accept),
+            connections,
         }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
     }
 
     /// Closes the listener and leaves the socket file behind: connecting to it is refused.
@@ -144,7 +155,7 @@ async fn ask_unix(front: &proxy::Running, text: &str) -> Result<String, String> 
 /// Flags for a test: loopback TCP on a free port, the socket and instances in `dir`, both routes to `*.sock`.
 fn flags(dir: &TempDir) -> NodeProxyFlags {
     NodeProxyFlags {
-        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        listen: Some(vec!["127.0.0.1:0".parse().unwrap()]),
         socket: dir.path().join("cerbos.sock"),
         instances: dir.instances(),
         tcp_backend: ".sock".into(),
@@ -591,10 +602,26 @@ fn bad_flags_are_clear_errors() {
         "0o660",
     ])
     .unwrap();
-    assert_eq!(ok.flags.listen.len(), 2);
+    assert_eq!(ok.flags.listen.map(|l| l.len()), Some(2));
     assert_eq!(ok.flags.socket_mode, 0o660);
+    // Only one of the certificate and its key: refused while parsing (and by start, for library callers).
+    for args in [
+        &["--tls-cert", "tls.crt"][..],
+        &["--tls-key", "tls.key"],
+        &["--tls-client-ca", "ca.crt"],
+    ] {
+        let err = parse(args).unwrap_err().to_string();
+        assert!(err.contains("required arguments"), "{args:?}: {err}");
+    }
+    let tls = parse(&["--tls-cert", "c", "--tls-key", "k", "--tls-client-ca", "ca"]).unwrap();
+    assert!(tls.flags.tls_files().is_some_and(|f| f.client_ca.is_some()));
     let defaults = NodeProxyFlags::default();
-    assert_eq!(defaults.listen, ["0.0.0.0:3593".parse().unwrap()]);
+    // No --listen: [::]:3593, with the IPv4 fallback on a node without IPv6.
+    assert_eq!(defaults.listen, None);
+    assert_eq!(defaults.listen_addrs(), ["[::]:3593".parse().unwrap()]);
+    assert!(defaults.tls_files().is_none());
+    assert_eq!(defaults.tls_reload_interval, Duration::from_secs(10));
+    assert_eq!(defaults.tls_handshake_timeout, Duration::from_secs(10));
     assert_eq!(defaults.socket, Path::new("/var/run/cerbos/cerbos.sock"));
     assert_eq!(defaults.instances, Path::new("/var/run/cerbos/instances"));
     assert_eq!(defaults.wait, Duration::from_secs(30));
@@ -670,6 +697,404 @@ fn the_subcommand_runs_and_stops_on_sigterm() {
     };
     assert!(status.success(), "{status}");
     assert!(!socket.exists());
+}
+
+// ---- TLS on the TCP path, IPv6 ------------------------------------------------------------------------------
+
+mod tls_support {
+    use super::*;
+    use pdp_injector::tls::certs::{self, Bundle};
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use tokio_rustls::TlsConnector;
+    use tokio_rustls::client::TlsStream;
+
+    /// A CA and a serving certificate for `localhost` (the name the clients verify) and `extra`.
+    pub fn bundle(extra: &str) -> Bundle {
+        certs::generate(&["localhost".into(), extra.into()], 2, 1).unwrap()
+    }
+
+    /// A client certificate (clientAuth) signed by `ca`.
+    pub fn client_cert(ca: &Bundle) -> (String, String) {
+        use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, Issuer, KeyPair};
+        let issuer =
+            Issuer::from_ca_cert_pem(&ca.ca_cert_pem, KeyPair::from_pem(&ca.ca_key_pem).unwrap())
+                .unwrap();
+        let mut params = CertificateParams::new(vec!["orders.shop".to_string()]).unwrap();
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// Writes the serving pair (and the client CA) into `dir` as tls.crt, tls.key, client-ca.crt; atomically,
+    /// as a rotation would.
+    pub fn write(dir: &TempDir, serving: &Bundle, client_ca: Option<&Bundle>) {
+        certs::write_file(&cert_path(dir), serving.cert_pem.as_bytes(), false).unwrap();
+        certs::write_file(&key_path(dir), serving.key_pem.as_bytes(), true).unwrap();
+        if let Some(ca) = client_ca {
+            certs::write_file(&ca_path(dir), ca.ca_cert_pem.as_bytes(), false).unwrap();
+        }
+    }
+
+    pub fn cert_path(dir: &TempDir) -> PathBuf {
+        dir.path().join("tls.crt")
+    }
+    pub fn key_path(dir: &TempDir) -> PathBuf {
+        dir.path().join("tls.key")
+    }
+    pub fn ca_path(dir: &TempDir) -> PathBuf {
+        dir.path().join("client-ca.crt")
+    }
+
+    /// The test flags with TLS on the TCP path, from the files [`write`] wrote.
+    pub fn tls_flags(dir: &TempDir, client_ca: bool) -> NodeProxyFlags {
+        NodeProxyFlags {
+            tls_cert: Some(cert_path(dir)),
+            tls_key: Some(key_path(dir)),
+            tls_client_ca: client_ca.then(|| ca_path(dir)),
+            tls_reload_interval: Duration::from_millis(50),
+            ..flags(dir)
+        }
+    }
+
+    /// A TLS client trusting the CAs of `trusts`, offering `alpn`, presenting `identity` when given.
+    pub fn client(
+        trusts: &[&Bundle],
+        identity: Option<&(String, String)>,
+        alpn: &[&[u8]],
+    ) -> TlsConnector {
+        let mut roots = rustls::RootCertStore::empty();
+        for b in trusts {
+            for c in CertificateDer::pem_slice_iter(b.ca_cert_pem.as_bytes()) {
+                roots.add(c.unwrap()).unwrap();
+            }
+        }
+        let builder = rustls::ClientConfig::builder_with_provider(pdp_injector::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        let mut config = match identity {
+            None => builder.with_no_client_auth(),
+            Some((cert, key)) => builder
+                .with_client_auth_cert(
+                    CertificateDer::pem_slice_iter(cert.as_bytes())
+                        .map(|c| c.unwrap())
+                        .collect(),
+                    PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+                )
+                .unwrap(),
+        };
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        TlsConnector::from(Arc::new(config))
+    }
+
+    /// A gRPC-like client of the front: trusts `server`, offers h2.
+    pub fn h2_client(server: &Bundle, identity: Option<&(String, String)>) -> TlsConnector {
+        client(&[server], identity, &[b"h2"])
+    }
+
+    /// A TLS connection to the front's first TCP address.
+    pub async fn connect(
+        front: &proxy::Running,
+        connector: &TlsConnector,
+    ) -> Result<TlsStream<TcpStream>, String> {
+        let tcp = TcpStream::connect(front.tcp_addrs()[0])
+            .await
+            .map_err(|e| format!("connect tcp: {e}"))?;
+        let name = ServerName::try_from("localhost").unwrap();
+        tokio::time::timeout(Duration::from_secs(10), connector.connect(name, tcp))
+            .await
+            .map_err(|_| "no handshake in 10 s".to_string())?
+            .map_err(|e| format!("handshake: {e}"))
+    }
+
+    /// A new TLS connection, one request (a refusal of the client's certificate in TLS 1.3 shows here, at
+    /// the first read, rather than in the client's handshake).
+    pub async fn ask(
+        front: &proxy::Running,
+        connector: &TlsConnector,
+        text: &str,
+    ) -> Result<String, String> {
+        ask_on(&mut BufReader::new(connect(front, connector).await?), text).await
+    }
+
+    /// The certificate the front presented on a new connection (DER).
+    pub async fn served_certificate(front: &proxy::Running, connector: &TlsConnector) -> Vec<u8> {
+        let stream = connect(front, connector).await.unwrap();
+        stream.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+    }
+
+    pub fn der(pem: &str) -> Vec<u8> {
+        CertificateDer::from_pem_slice(pem.as_bytes())
+            .unwrap()
+            .to_vec()
+    }
+
+    /// Waits until `done` holds of the front's counters (at most 10 s).
+    pub async fn until(front: &proxy::Running, done: impl Fn(&proxy::Stats) -> bool) {
+        let started = Instant::now();
+        while !done(&front.stats()) {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "not reached: {:?}",
+                front.stats()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_on_the_tcp_path_forwards_the_decrypted_bytes_and_the_socket_stays_plaintext() {
+    use tls_support::*;
+    let dir = TempDir::new("tls");
+    let server = bundle("pdp.node.local");
+    write(&dir, &server, None);
+    let a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
+    let front = proxy::start(tls_flags(&dir, false)).await.unwrap();
+    let client = h2_client(&server, None);
+    assert_eq!(ask(&front, &client, "one").await.unwrap(), "a:one");
+    let mut conn = BufReader::new(connect(&front, &client).await.unwrap());
+    assert_eq!(conn.get_ref().get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    for i in 0..50 {
+        assert_eq!(
+            ask_on(&mut conn, &i.to_string()).await.unwrap(),
+            format!("a:{i}")
+        );
+    }
+    drop(conn);
+    // The stable socket is plaintext whatever the TCP path does.
+    assert_eq!(ask_unix(&front, "two").await.unwrap(), "a:two");
+    assert_eq!(a.connections(), 3);
+
+    // A plaintext client on the TLS port reaches no instance: what it reads back (a TLS alert, or nothing) is
+    // no reply.
+    let reply = ask_tcp(&front, "plain").await;
+    assert!(
+        !reply.as_ref().is_ok_and(|r| r.starts_with("a:")),
+        "{reply:?}"
+    );
+    // A client that offers only HTTP/1.1 fails the handshake: the port speaks gRPC (h2) only.
+    let http1 = tls_support::client(&[&server], None, &[b"http/1.1"]);
+    let err = connect(&front, &http1).await.unwrap_err();
+    assert!(err.contains("NoApplicationProtocol"), "{err}");
+    // A client that does not trust the front's certificate gives up during the handshake.
+    let stranger = h2_client(&bundle("other"), None);
+    assert!(ask(&front, &stranger, "x").await.is_err());
+    until(&front, |s| s.tls_failed == 3).await;
+    assert_eq!(
+        a.connections(),
+        3,
+        "a failed handshake reached the instance"
+    );
+    let stats = front.stats();
+    assert_eq!(stats.instances["pdp-a"].forwarded, 3);
+    assert_eq!(stats.accepted, 6);
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_client_ca_every_tcp_client_needs_a_certificate_from_it() {
+    use tls_support::*;
+    let dir = TempDir::new("mtls");
+    let (server, clients) = (bundle("pdp.node.local"), bundle("clients"));
+    write(&dir, &server, Some(&clients));
+    let a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
+    let front = proxy::start(tls_flags(&dir, true)).await.unwrap();
+
+    // No client certificate: the handshake fails, nothing reaches the instance.
+    assert!(
+        ask(&front, &h2_client(&server, None), "anon")
+            .await
+            .is_err()
+    );
+    until(&front, |s| s.tls_failed == 1).await;
+    assert_eq!(a.connections(), 0);
+    // A certificate from another CA: refused too.
+    let stranger = client_cert(&bundle("strangers"));
+    assert!(
+        ask(&front, &h2_client(&server, Some(&stranger)), "stranger")
+            .await
+            .is_err()
+    );
+    until(&front, |s| s.tls_failed == 2).await;
+    assert_eq!(a.connections(), 0);
+    // A certificate from the client CA: forwarded.
+    let good = client_cert(&clients);
+    assert_eq!(
+        ask(&front, &h2_client(&server, Some(&good)), "ok")
+            .await
+            .unwrap(),
+        "a:ok"
+    );
+    assert_eq!(a.connections(), 1);
+    // The stable socket asks for no certificate.
+    assert_eq!(ask_unix(&front, "local").await.unwrap(), "a:local");
+    let stats = front.stats();
+    assert_eq!(
+        (stats.tls_failed, stats.instances["pdp-a"].forwarded),
+        (2, 2)
+    );
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_certificate_rotates_without_a_restart_and_a_bad_file_keeps_the_last_good_one() {
+    use tls_support::*;
+    let dir = TempDir::new("rotate");
+    let first = bundle("first.example");
+    write(&dir, &first, None);
+    let _a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
+    let front = proxy::start(tls_flags(&dir, false)).await.unwrap();
+    let second = bundle("rotated.example");
+    // Trusts both CAs, so the served certificate tells which one is in use.
+    let client = tls_support::client(&[&first, &second], None, &[b"h2"]);
+    assert_eq!(
+        served_certificate(&front, &client).await,
+        der(&first.cert_pem)
+    );
+    // A connection open across the rotation keeps working.
+    let mut held = BufReader::new(connect(&front, &client).await.unwrap());
+    assert_eq!(ask_on(&mut held, "before").await.unwrap(), "a:before");
+
+    write(&dir, &second, None);
+    until(&front, |s| s.tls_reloaded >= 1).await;
+    assert_eq!(
+        served_certificate(&front, &client).await,
+        der(&second.cert_pem)
+    );
+    assert_eq!(ask(&front, &client, "after").await.unwrap(), "a:after");
+    assert_eq!(ask_on(&mut held, "still").await.unwrap(), "a:still");
+
+    // A broken certificate file: logged and counted, the second certificate stays in use.
+    let failed = front.stats().tls_reload_failed;
+    pdp_injector::tls::certs::write_file(&cert_path(&dir), b"half a certificate", false).unwrap();
+    until(&front, |s| s.tls_reload_failed > failed).await;
+    assert_eq!(
+        served_certificate(&front, &client).await,
+        der(&second.cert_pem)
+    );
+    // A missing key: the same.
+    std::fs::remove_file(key_path(&dir)).unwrap();
+    until(&front, |s| s.tls_reload_failed > failed + 1).await;
+    assert_eq!(ask(&front, &client, "kept").await.unwrap(), "a:kept");
+    // Good files again: back in use.
+    write(&dir, &first, None);
+    until(&front, |s| s.tls_reloaded >= 2).await;
+    assert_eq!(
+        served_certificate(&front, &client).await,
+        der(&first.cert_pem)
+    );
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_handshake_is_cut_off_and_frees_its_place() {
+    use tls_support::*;
+    let dir = TempDir::new("stall");
+    let server = bundle("pdp.node.local");
+    write(&dir, &server, None);
+    let _a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
+    let mut f = tls_flags(&dir, false);
+    // One place, and one listener: an idle accept loop holds a place while it waits (the socket's would
+    // take the place the stalled client gives back).
+    f.max_connections = 1;
+    f.no_socket = true;
+    f.tls_handshake_timeout = Duration::from_millis(300);
+    let front = proxy::start(f).await.unwrap();
+    // Connects and says nothing: it holds the only place until the handshake bound.
+    let mut silent = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    assert_eq!(
+        ask(&front, &h2_client(&server, None), "next")
+            .await
+            .unwrap(),
+        "a:next"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(150),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut buf = [0u8; 1];
+    let closed = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read(&mut silent, &mut buf),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+    assert_eq!(front.stats().tls_failed, 1);
+    front.shutdown().await;
+}
+
+#[tokio::test]
+async fn tls_flags_that_contradict_or_files_that_are_bad_fail_at_start() {
+    use tls_support::*;
+    let dir = TempDir::new("tls-flags");
+    let server = bundle("pdp.node.local");
+    write(&dir, &server, Some(&server));
+    let start_err = async |f: NodeProxyFlags| proxy::start(f).await.err().unwrap().to_string();
+    let mut f = tls_flags(&dir, false);
+    f.tls_key = None;
+    assert!(start_err(f).await.contains("--tls-cert needs --tls-key"));
+    let mut f = tls_flags(&dir, false);
+    f.tls_cert = None;
+    assert!(start_err(f).await.contains("--tls-key needs --tls-cert"));
+    let f = NodeProxyFlags {
+        tls_client_ca: Some(ca_path(&dir)),
+        ..flags(&dir)
+    };
+    assert!(start_err(f).await.contains("--tls-client-ca needs"));
+    let mut f = tls_flags(&dir, false);
+    f.no_tcp = true;
+    assert!(start_err(f).await.contains("--no-tcp"));
+    let mut f = tls_flags(&dir, false);
+    f.tls_handshake_timeout = Duration::ZERO;
+    assert!(start_err(f).await.contains("--tls-handshake-timeout"));
+    // Files that cannot serve: the front does not start (and so does not take the port).
+    let mut f = tls_flags(&dir, false);
+    f.tls_cert = Some(dir.path().join("missing.crt"));
+    let err = start_err(f).await;
+    assert!(err.contains("TLS") && err.contains("missing.crt"), "{err}");
+    let mut f = tls_flags(&dir, false);
+    f.tls_key = Some(ca_path(&dir));
+    let err = start_err(f).await;
+    assert!(err.contains("key"), "{err}");
+    let mut f = tls_flags(&dir, true);
+    f.tls_client_ca = Some(key_path(&dir));
+    let err = start_err(f).await;
+    assert!(err.contains("client CA"), "{err}");
+}
+
+/// `[::]` (the default address family) serves IPv6 and, where net.ipv6.bindv6only is 0, IPv4 on one socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listening_on_the_ipv6_wildcard_serves_both_families() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("SKIPPED: this machine has no IPv6 loopback (::1)");
+        return;
+    }
+    let dir = TempDir::new("dual");
+    let _a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
+    let mut f = flags(&dir);
+    f.listen = Some(vec!["[::]:0".parse().unwrap()]);
+    let front = proxy::start(f).await.unwrap();
+    let port = front.tcp_addrs()[0].port();
+    assert!(front.tcp_addrs()[0].is_ipv6());
+    let ask_at = async |addr: &str| {
+        let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        ask_on(&mut BufReader::new(stream), "x").await
+    };
+    assert_eq!(ask_at(&format!("[::1]:{port}")).await.unwrap(), "a:x");
+    let v6only = std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").unwrap_or_default();
+    if v6only.trim() == "1" {
+        eprintln!("SKIPPED the IPv4 half: net.ipv6.bindv6only is 1 here, so [::] serves IPv6 only");
+    } else {
+        assert_eq!(ask_at(&format!("127.0.0.1:{port}")).await.unwrap(), "a:x");
+    }
+    front.shutdown().await;
 }
 
 // ---- the real Cerbos behind the front ----------------------------------------------------------------------
@@ -1015,6 +1440,48 @@ async fn real_cerbos_behind_the_front_and_its_replacement() {
     assert!(stats.instances["pdp-2"].forwarded > 0);
     drop(second);
     Arc::into_inner(front).unwrap().shutdown().await;
+}
+
+/// A real gRPC CheckResources over TLS with a client certificate, terminated by the front, to a real Cerbos on
+/// its plain per-instance socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_cerbos_grpc_over_tls_through_the_front() {
+    use tls_support::*;
+    let Some(bin) = cerbos::binary() else {
+        eprintln!(
+            "SKIPPED: no cerbos binary (run scripts/docs-snippets.sh once, or set PDP_DOCS_CERBOS)"
+        );
+        return;
+    };
+    let dir = TempDir::new("cerbos-tls");
+    let (server, clients) = (bundle("pdp.node.local"), bundle("clients"));
+    write(&dir, &server, Some(&clients));
+    let mut f = tls_flags(&dir, true);
+    f.tcp_backend = ".grpc.sock".into();
+    f.socket_backend = ".http.sock".into();
+    let front = proxy::start(f).await.unwrap();
+    let pdp = cerbos::Cerbos::start(&bin, dir.path(), &dir.instances(), "pdp-1");
+    pdp.ready().await;
+    let identity = client_cert(&clients);
+    let io = connect(&front, &h2_client(&server, Some(&identity)))
+        .await
+        .unwrap();
+    let mut grpc = cerbos::grpc_connection(io).await.unwrap();
+    cerbos::grpc_check(&mut grpc).await.unwrap();
+    cerbos::grpc_check(&mut grpc).await.unwrap();
+    // The socket path is plaintext HTTP as before.
+    let io = UnixStream::connect(front.socket().unwrap()).await.unwrap();
+    cerbos::http_check(&mut cerbos::http_connection(io).await.unwrap())
+        .await
+        .unwrap();
+    let stats = front.stats();
+    assert_eq!(
+        (stats.tls_failed, stats.instances["pdp-1"].forwarded),
+        (0, 2)
+    );
+    drop(grpc);
+    drop(pdp);
+    front.shutdown().await;
 }
 
 // ---- what the front costs ----------------------------------------------------------------------------------

@@ -17,13 +17,22 @@
 //! (`notify` would add a thread and its own dependency tree), and the connect attempt that follows is the
 //! readiness check a watcher could not replace anyway. It is a plain `std::fs` call on the async thread, on
 //! purpose: `tokio::fs` would send each read to the blocking pool, which costs more than the read itself.
+//!
+//! **TLS terminates here, on the TCP path only** (`--tls-cert`, `--tls-key`, optionally `--tls-client-ca`).
+//! Cerbos, given `server.tls`, wraps every listener in TLS, its node socket too, and only verifies a client
+//! certificate when one is presented; the front instead requires one when a client CA is set, keeps the stable
+//! socket plaintext (local, permissioned by the filesystem) and the instances on plain Unix sockets, and
+//! forwards the decrypted bytes of a TCP connection exactly as it forwards a plaintext one. ALPN offers `h2`
+//! only: the TCP backend is the instance's gRPC listener. The files are read again every
+//! `--tls-reload-interval` and a changed, valid set is used for the next handshake; a broken one is logged and
+//! the last good one stays.
 
 use std::collections::BTreeMap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -32,9 +41,11 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
 use crate::node::route::{self, Candidate};
+use crate::tls::{self, Reload, Reloader, TlsError, TlsFiles};
 use crate::webhook::server::parse_duration;
 
 fn duration_flag(text: &str) -> Result<Duration, String> {
@@ -45,14 +56,9 @@ fn duration_flag(text: &str) -> Result<Duration, String> {
 /// The flags of `node-proxy`, with their defaults and environment variables (the binary flattens this).
 #[derive(Debug, Clone, clap::Args)]
 pub struct NodeProxyFlags {
-    /// TCP address of the node's PDP port (apps reach it as $(CERBOS_PDP_HOST):3593); repeatable or comma-separated. [::]:3593 serves IPv4 and IPv6 where net.ipv6.bindv6only is 0 (the Linux default), so do not add 0.0.0.0:3593 to it there.
-    #[arg(
-        long,
-        env = "PDP_NODE_PROXY_LISTEN",
-        default_value = "0.0.0.0:3593",
-        value_delimiter = ','
-    )]
-    pub listen: Vec<SocketAddr>,
+    /// TCP address of the node's PDP port (apps reach it as $(CERBOS_PDP_HOST):3593); repeatable or comma-separated. Default [::]:3593: one socket for IPv4 and IPv6 where net.ipv6.bindv6only is 0 (the Linux default), and 0.0.0.0:3593 on a node whose kernel has no IPv6. An address given here is bound exactly as written (no fallback); do not add 0.0.0.0:3593 next to [::]:3593 where bindv6only is 0.
+    #[arg(long, env = "PDP_NODE_PROXY_LISTEN", value_delimiter = ',')]
+    pub listen: Option<Vec<SocketAddr>>,
     /// Serve no TCP address (socket only).
     #[arg(long, env = "PDP_NODE_PROXY_NO_TCP")]
     pub no_tcp: bool,
@@ -108,6 +114,46 @@ pub struct NodeProxyFlags {
     /// How often the counters are logged, when they changed; 0s never.
     #[arg(long, env = "PDP_NODE_PROXY_STATS_INTERVAL", default_value = "60s", value_parser = duration_flag)]
     pub stats_interval: Duration,
+    /// Serving certificate chain (PEM) of the TCP address: with --tls-key, TCP clients speak TLS to the front, which forwards the decrypted bytes; the stable socket stays plaintext.
+    #[arg(long, env = "PDP_NODE_PROXY_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, env = "PDP_NODE_PROXY_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM) that every TCP client's certificate must chain to; a client without one, or with one from another CA, fails the handshake. Needs --tls-cert.
+    #[arg(long, env = "PDP_NODE_PROXY_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// How often the TLS files are read again; a change is used from the next handshake on, a broken new file is logged and the last good one kept.
+    #[arg(long, env = "PDP_NODE_PROXY_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = duration_flag)]
+    pub tls_reload_interval: Duration,
+    /// Bound on a TLS handshake: a client that has not finished it by then is closed (and gives back its place under --max-connections).
+    #[arg(long, env = "PDP_NODE_PROXY_TLS_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = duration_flag)]
+    pub tls_handshake_timeout: Duration,
+}
+
+/// The port of the default TCP address.
+pub const DEFAULT_PORT: u16 = 3593;
+
+impl NodeProxyFlags {
+    /// The TCP addresses to bind: --listen, or the default `[::]:3593`.
+    pub fn listen_addrs(&self) -> Vec<SocketAddr> {
+        match &self.listen {
+            Some(addrs) => addrs.clone(),
+            None => vec![SocketAddr::new(
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+                DEFAULT_PORT,
+            )],
+        }
+    }
+
+    /// The TLS files of the TCP path, when it is TLS.
+    pub fn tls_files(&self) -> Option<TlsFiles> {
+        Some(TlsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: self.tls_client_ca.clone(),
+        })
+    }
 }
 
 impl Default for NodeProxyFlags {
@@ -137,6 +183,9 @@ pub enum NodeProxyError {
         /// What is wrong, and what to do.
         reason: String,
     },
+    /// The TLS files of the TCP path cannot be read or used.
+    #[error("TLS of the TCP address: {0}")]
+    Tls(#[from] TlsError),
     /// A TCP address cannot be bound (in use, or not an address of this node).
     #[error("cannot listen on {addr}: {source}")]
     Tcp {
@@ -171,6 +220,12 @@ pub struct Stats {
     pub gave_up: u64,
     /// Connections closed at the end of the drain.
     pub cut_at_drain: u64,
+    /// TCP connections whose TLS handshake failed or timed out (nothing was forwarded).
+    pub tls_failed: u64,
+    /// New TLS files put in use after the start.
+    pub tls_reloaded: u64,
+    /// New TLS files refused (unreadable or invalid); the last good ones stayed.
+    pub tls_reload_failed: u64,
     /// Per instance.
     pub instances: BTreeMap<String, InstanceCounts>,
 }
@@ -191,6 +246,45 @@ struct Route {
     /// The newest instance known to accept connections (by [`track_newest`]); `None` before the first look,
     /// or when none accepts.
     newest: watch::Sender<Option<String>>,
+    /// TLS terminated before forwarding (the TCP route, when configured).
+    tls: Option<Arc<FrontTls>>,
+}
+
+/// The TLS side of the TCP route: the configuration in use, swapped by the reload task.
+struct FrontTls {
+    config: RwLock<Arc<rustls::ServerConfig>>,
+    handshake_timeout: Duration,
+    /// When a handshake failure was last logged at `info` (the others go to `debug`).
+    noted: Mutex<Option<Instant>>,
+}
+
+/// At most one handshake failure per this interval is logged at `info`; every one is at `debug` and counted.
+const TLS_FAILURE_NOTE_EVERY: Duration = Duration::from_secs(10);
+
+impl FrontTls {
+    fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(
+            self.config
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        )
+    }
+
+    fn set(&self, config: Arc<rustls::ServerConfig>) {
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = config;
+    }
+
+    /// Whether this failure is the one logged at `info` in its interval.
+    fn note(&self) -> bool {
+        let mut noted = self.noted.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if noted.is_some_and(|at| now.duration_since(at) < TLS_FAILURE_NOTE_EVERY) {
+            return false;
+        }
+        *noted = Some(now);
+        true
+    }
 }
 
 struct Shared {
@@ -250,6 +344,7 @@ pub struct Running {
     accept_tasks: Vec<JoinHandle<()>>,
     stats_task: Option<JoinHandle<()>>,
     trackers: Vec<JoinHandle<()>>,
+    tls_task: Option<JoinHandle<()>>,
     max_connections: u32,
     drain_timeout: Duration,
 }
@@ -314,6 +409,9 @@ impl Running {
         for task in self.trackers.drain(..) {
             task.abort();
         }
+        if let Some(task) = self.tls_task.take() {
+            task.abort();
+        }
         // The connections cut above end at their next poll; give them that moment before the runtime goes.
         if cut > 0 {
             let all = self.shared.connections.acquire_many(self.max_connections);
@@ -328,16 +426,18 @@ impl Running {
 /// Starts the front: binds every endpoint first (an error names the one that failed), then serves.
 pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
     check(&flags)?;
+    // The certificate first: a front that cannot serve TLS must not take the port.
+    let tls_start = match flags.tls_files() {
+        Some(files) => {
+            let (reloader, loaded) = Reloader::start(&files.read()?, tls::ALPN_H2)?;
+            Some((files, reloader, loaded))
+        }
+        None => None,
+    };
     let mut tcp_listeners = Vec::new();
     if !flags.no_tcp {
-        for addr in &flags.listen {
-            let listener = TcpListener::bind(addr)
-                .await
-                .map_err(|source| NodeProxyError::Tcp {
-                    addr: *addr,
-                    source,
-                })?;
-            tcp_listeners.push(listener);
+        for addr in flags.listen_addrs() {
+            tcp_listeners.push(bind_tcp(addr, flags.listen.is_none()).await?);
         }
     }
     let tcp: Vec<SocketAddr> = tcp_listeners
@@ -366,11 +466,34 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
         connect_timeout: flags.connect_timeout,
     });
     let mut accept_tasks = Vec::new();
+    let mut tls_task = None;
+    let front_tls = tls_start.map(|(files, reloader, loaded)| {
+        info!(
+            cert = %files.cert.display(),
+            client_ca = ?files.client_ca,
+            not_after = loaded.not_after,
+            "TLS on the TCP address (ALPN h2)"
+        );
+        let front_tls = Arc::new(FrontTls {
+            config: RwLock::new(loaded.config),
+            handshake_timeout: flags.tls_handshake_timeout,
+            noted: Mutex::new(None),
+        });
+        tls_task = Some(tokio::spawn(reload_tls(
+            files,
+            reloader,
+            front_tls.clone(),
+            shared.clone(),
+            flags.tls_reload_interval,
+        )));
+        front_tls
+    });
     let tcp_route = Arc::new(Route {
         kind: "tcp",
         dir: flags.instances.clone(),
         suffix: flags.tcp_backend.clone(),
         newest: watch::Sender::new(None),
+        tls: front_tls,
     });
     let mut routes = vec![tcp_route.clone()];
     for listener in tcp_listeners {
@@ -386,6 +509,7 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
             dir: flags.instances.clone(),
             suffix: flags.socket_backend.clone(),
             newest: watch::Sender::new(None),
+            tls: None,
         });
         routes.push(route.clone());
         accept_tasks.push(tokio::spawn(accept_loop(
@@ -407,6 +531,7 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
     let socket = owned.as_ref().map(|o| o.path.clone());
     info!(
         tcp = ?tcp,
+        tls = tcp_route.tls.is_some(),
         socket = ?socket,
         instances = %flags.instances.display(),
         tcp_backend = %flags.tcp_backend,
@@ -422,13 +547,82 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
         accept_tasks,
         stats_task,
         trackers,
+        tls_task,
         max_connections: flags.max_connections,
         drain_timeout: flags.drain_timeout,
     })
 }
 
+/// Linux errno values of a kernel without IPv6 (booted with ipv6.disable=1): no such address family, or the
+/// address cannot be assigned.
+const EAFNOSUPPORT: i32 = 97;
+const EADDRNOTAVAIL: i32 = 99;
+
+/// Whether binding the default `[::]` failed only because the node has no IPv6.
+fn no_ipv6(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(EAFNOSUPPORT | EADDRNOTAVAIL))
+}
+
+/// Binds one TCP address; the default `[::]:3593` falls back to `0.0.0.0:3593` on a node without IPv6 (an
+/// address the operator wrote is bound as written, or the start fails).
+async fn bind_tcp(addr: SocketAddr, is_default: bool) -> Result<TcpListener, NodeProxyError> {
+    let error = match TcpListener::bind(addr).await {
+        Ok(listener) => return Ok(listener),
+        Err(e) => e,
+    };
+    if is_default && addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED) && no_ipv6(&error) {
+        let v4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), addr.port());
+        info!(
+            %addr,
+            error = %error,
+            fallback = %v4,
+            "this node has no IPv6: listening on IPv4 only"
+        );
+        return TcpListener::bind(v4)
+            .await
+            .map_err(|source| NodeProxyError::Tcp { addr: v4, source });
+    }
+    Err(NodeProxyError::Tcp {
+        addr,
+        source: error,
+    })
+}
+
 fn check(flags: &NodeProxyFlags) -> Result<(), NodeProxyError> {
-    let serves_tcp = !flags.no_tcp && !flags.listen.is_empty();
+    let serves_tcp = !flags.no_tcp && !flags.listen_addrs().is_empty();
+    match (&flags.tls_cert, &flags.tls_key, &flags.tls_client_ca) {
+        (Some(_), None, _) => {
+            return Err(NodeProxyError::Flags(
+                "--tls-cert needs --tls-key (the private key of the certificate)".into(),
+            ));
+        }
+        (None, Some(_), _) => {
+            return Err(NodeProxyError::Flags(
+                "--tls-key needs --tls-cert (the certificate of the key)".into(),
+            ));
+        }
+        (None, None, Some(_)) => {
+            return Err(NodeProxyError::Flags(
+                "--tls-client-ca needs --tls-cert and --tls-key: client certificates are checked in the TLS handshake".into(),
+            ));
+        }
+        (Some(_), Some(_), _) if !serves_tcp => {
+            return Err(NodeProxyError::Flags(
+                "--tls-cert is for the TCP address, and --no-tcp serves none (the stable socket is always plaintext)".into(),
+            ));
+        }
+        _ => {}
+    }
+    if flags.tls_reload_interval.is_zero() {
+        return Err(NodeProxyError::Flags(
+            "--tls-reload-interval must be more than 0s".into(),
+        ));
+    }
+    if flags.tls_handshake_timeout.is_zero() {
+        return Err(NodeProxyError::Flags(
+            "--tls-handshake-timeout must be more than 0s".into(),
+        ));
+    }
     if !serves_tcp && flags.no_socket {
         return Err(NodeProxyError::Flags(
             "nothing to serve: --no-tcp and --no-socket together".into(),
@@ -566,7 +760,19 @@ async fn accept_loop(listener: Listener, route: Arc<Route>, shared: Arc<Shared>)
                 // The front relays small request/response messages: no Nagle delay on top of the PDP's.
                 let _ = stream.set_nodelay(true);
                 shared.count(|s| s.accepted += 1);
-                tokio::spawn(serve(stream, peer, route.clone(), shared.clone(), permit));
+                match &route.tls {
+                    Some(tls) => tokio::spawn(serve_tls(
+                        stream,
+                        peer,
+                        tls.clone(),
+                        route.clone(),
+                        shared.clone(),
+                        permit,
+                    )),
+                    None => {
+                        tokio::spawn(serve(stream, peer, route.clone(), shared.clone(), permit))
+                    }
+                };
             }
             Ok((Stream::Unix(stream), peer)) => {
                 shared.count(|s| s.accepted += 1);
@@ -601,6 +807,117 @@ async fn accept(listener: &Listener) -> io::Result<(Stream, String)> {
                 .and_then(|c| c.pid())
                 .map_or_else(|| "unix".to_string(), |pid| format!("unix pid {pid}"));
             Ok((Stream::Unix(s), peer))
+        }
+    }
+}
+
+/// One TCP client connection on the TLS port: the handshake (bounded, holding the connection's permit), then
+/// [`serve`] on the decrypted stream. A failed handshake forwards nothing.
+async fn serve_tls(
+    client: TcpStream,
+    peer: String,
+    tls: Arc<FrontTls>,
+    route: Arc<Route>,
+    shared: Arc<Shared>,
+    permit: OwnedSemaphorePermit,
+) {
+    let mut phase = shared.phase.subscribe();
+    let handshake = tokio::time::timeout(tls.handshake_timeout, tls.acceptor().accept(client));
+    let done = tokio::select! {
+        done = handshake => done,
+        _ = phase.wait_for(|p| *p == Phase::Stopped) => {
+            shared.count(|s| s.cut_at_drain += 1);
+            return;
+        }
+    };
+    let failure = match done {
+        Ok(Ok(stream)) => return serve(stream, peer, route, shared, permit).await,
+        Ok(Err(e)) => handshake_failure(&e),
+        Err(_) => format!(
+            "no complete handshake within --tls-handshake-timeout ({:?})",
+            tls.handshake_timeout
+        ),
+    };
+    shared.count(|s| s.tls_failed += 1);
+    if tls.note() {
+        info!(
+            route = route.kind,
+            peer,
+            reason = failure,
+            "TLS handshake failed: connection closed (further failures in the next 10 s at debug; all counted in tls_failed)"
+        );
+    } else {
+        debug!(
+            route = route.kind,
+            peer,
+            reason = failure,
+            "TLS handshake failed: connection closed"
+        );
+    }
+}
+
+/// Why a handshake failed, in the words an operator needs.
+fn handshake_failure(error: &io::Error) -> String {
+    let Some(tls) = error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+    else {
+        return match error.kind() {
+            io::ErrorKind::UnexpectedEof => {
+                "the client closed the connection during the handshake".into()
+            }
+            _ => error.to_string(),
+        };
+    };
+    match tls {
+        rustls::Error::NoApplicationProtocol => {
+            "the client offers no h2 in ALPN (an HTTP/1.1-only client?): this port speaks gRPC over HTTP/2 only".into()
+        }
+        rustls::Error::NoCertificatesPresented => {
+            "the client presented no certificate, and --tls-client-ca requires one".into()
+        }
+        rustls::Error::InvalidCertificate(why) => {
+            format!("the client's certificate is refused: {why:?} (--tls-client-ca)")
+        }
+        rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => {
+            format!("not a TLS client hello (a plaintext client on the TLS port?): {tls}")
+        }
+        rustls::Error::AlertReceived(alert) => {
+            format!("the client aborted the handshake ({alert:?}; does it trust the front's certificate?)")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Reads the TLS files every `every` and puts a changed, valid set in use for the next handshakes; a broken
+/// set is logged once and the last good configuration stays. Never panics: the front keeps serving.
+async fn reload_tls(
+    files: TlsFiles,
+    mut reloader: Reloader,
+    tls: Arc<FrontTls>,
+    shared: Arc<Shared>,
+    every: Duration,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        match reloader.offer(files.read()) {
+            Reload::Unchanged => {}
+            Reload::Loaded(loaded) => {
+                tls.set(loaded.config);
+                shared.count(|s| s.tls_reloaded += 1);
+                info!(
+                    cert = %files.cert.display(),
+                    not_after = loaded.not_after,
+                    "TLS certificate reloaded: new handshakes use it"
+                );
+            }
+            Reload::Failed(e) => {
+                shared.count(|s| s.tls_reload_failed += 1);
+                warn!(error = %e, "new TLS files cannot be used; keeping the current certificate");
+            }
         }
     }
 }
@@ -924,10 +1241,28 @@ async fn log_stats(shared: Arc<Shared>, every: Duration) {
                 accepted = now.accepted,
                 waited = now.waited,
                 gave_up = now.gave_up,
+                tls_failed = now.tls_failed,
+                tls_reloaded = now.tls_reloaded,
+                tls_reload_failed = now.tls_reload_failed,
                 instances = ?now.instances,
                 "node-proxy counters"
             );
             last = now;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_kernel_without_ipv6_makes_the_default_fall_back() {
+        assert!(no_ipv6(&io::Error::from_raw_os_error(EAFNOSUPPORT)));
+        assert!(no_ipv6(&io::Error::from_raw_os_error(EADDRNOTAVAIL)));
+        // In use, or not allowed: an error to report, not a reason to serve IPv4 only.
+        assert!(!no_ipv6(&io::Error::from_raw_os_error(98))); // EADDRINUSE
+        assert!(!no_ipv6(&io::Error::from_raw_os_error(13))); // EACCES
+        assert!(!no_ipv6(&io::Error::other("x")));
     }
 }

@@ -1,5 +1,6 @@
-//! TLS for the webhook: rustls with the ring provider, TLS 1.2 and 1.3 only, optional client-certificate
-//! verification (mTLS), built from PEM bytes so that files, Secrets and tests share one path.
+//! TLS for the webhook and the node-local front: rustls with the ring provider, TLS 1.2 and 1.3 only, optional
+//! client-certificate verification (mTLS), built from PEM bytes so that files, Secrets and tests share one path;
+//! [`Reloader`] turns each new generation of the inputs into a new configuration, or keeps the last good one.
 
 pub mod certs;
 
@@ -134,9 +135,22 @@ pub fn not_after(cert_pem: &[u8]) -> Result<i64, TlsError> {
     Ok(cert.validity().not_after.timestamp())
 }
 
+/// ALPN of the webhook: the apiserver speaks HTTP/2, other clients (curl, probes) may speak HTTP/1.1.
+pub const ALPN_HTTP: &[&[u8]] = &[b"h2", b"http/1.1"];
+
+/// ALPN of a gRPC-only endpoint (the node-local front): a client that offers only HTTP/1.1 fails the handshake
+/// instead of failing later on bytes the backend cannot parse.
+pub const ALPN_H2: &[&[u8]] = &[b"h2"];
+
 /// Builds the rustls configuration: TLS 1.2 and 1.3, ALPN h2 and http/1.1, client certificates required when
 /// a client CA is given.
 pub fn build(material: &TlsMaterial) -> Result<LoadedTls, TlsError> {
+    build_with_alpn(material, ALPN_HTTP)
+}
+
+/// [`build`] with the given ALPN protocols, in order of preference. A client that offers ALPN and none of
+/// these fails the handshake (rustls answers `no_application_protocol`); one that offers no ALPN is served.
+pub fn build_with_alpn(material: &TlsMaterial, alpn: &[&[u8]]) -> Result<LoadedTls, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&material.cert_pem)
         .collect::<Result<_, _>>()
         .map_err(|_| TlsError::NoCertificate("certificate".into()))?;
@@ -171,11 +185,66 @@ pub fn build(material: &TlsMaterial) -> Result<LoadedTls, TlsError> {
         }
     };
     let mut config = builder.with_single_cert(certs, key)?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(LoadedTls {
         config: Arc::new(config),
         not_after,
     })
+}
+
+/// What one look at the inputs found.
+#[derive(Debug)]
+pub enum Reload {
+    /// The same inputs as last time (or the same error as last time, already reported).
+    Unchanged,
+    /// New inputs that build: serve this from now on.
+    Loaded(LoadedTls),
+    /// New inputs that cannot be read or built, reported once per distinct error: keep serving the last good
+    /// configuration.
+    Failed(TlsError),
+}
+
+/// Turns successive readings of the TLS inputs into configurations to swap in: only a change of any input
+/// byte (its [`TlsMaterial::fingerprint`]) builds a new one, and a broken input is reported once, not at
+/// every look, so a server that polls its files every few seconds logs a bad Secret once and keeps serving.
+/// Shared by the webhook and the node-local front.
+#[derive(Debug)]
+pub struct Reloader {
+    seen: [u8; 32],
+    alpn: &'static [&'static [u8]],
+}
+
+impl Reloader {
+    /// Builds the first configuration; an error here means the server cannot start.
+    pub fn start(
+        material: &TlsMaterial,
+        alpn: &'static [&'static [u8]],
+    ) -> Result<(Reloader, LoadedTls), TlsError> {
+        let loaded = build_with_alpn(material, alpn)?;
+        Ok((
+            Reloader {
+                seen: material.fingerprint(),
+                alpn,
+            },
+            loaded,
+        ))
+    }
+
+    /// Judges a new reading of the inputs (a read error counts as a reading: it is reported once too).
+    pub fn offer(&mut self, reading: Result<TlsMaterial, TlsError>) -> Reload {
+        let fingerprint = match &reading {
+            Ok(material) => material.fingerprint(),
+            Err(e) => Sha256::digest(e.to_string().as_bytes()).into(),
+        };
+        if fingerprint == self.seen {
+            return Reload::Unchanged;
+        }
+        self.seen = fingerprint;
+        match reading.and_then(|material| build_with_alpn(&material, self.alpn)) {
+            Ok(loaded) => Reload::Loaded(loaded),
+            Err(e) => Reload::Failed(e),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -223,6 +292,46 @@ mod tests {
         let mut m = material();
         m.client_ca_pem = Some(b"nope".to_vec());
         assert!(matches!(build(&m), Err(TlsError::ClientCa(_))));
+    }
+
+    #[test]
+    fn the_reloader_builds_each_new_generation_once_and_reports_each_error_once() {
+        let first = material();
+        let (mut reloader, loaded) = Reloader::start(&first, ALPN_H2).unwrap();
+        assert_eq!(loaded.config.alpn_protocols, [b"h2".to_vec()]);
+        assert!(matches!(
+            reloader.offer(Ok(first.clone())),
+            Reload::Unchanged
+        ));
+        let broken = TlsMaterial {
+            cert_pem: b"half a file".to_vec(),
+            ..first.clone()
+        };
+        assert!(matches!(
+            reloader.offer(Ok(broken.clone())),
+            Reload::Failed(TlsError::NoCertificate(_))
+        ));
+        assert!(matches!(reloader.offer(Ok(broken)), Reload::Unchanged));
+        let missing = || {
+            TlsFiles {
+                cert: "/nonexistent/tls.crt".into(),
+                key: "/nonexistent/tls.key".into(),
+                client_ca: None,
+            }
+            .read()
+        };
+        assert!(matches!(
+            reloader.offer(missing()),
+            Reload::Failed(TlsError::Read { .. })
+        ));
+        assert!(matches!(reloader.offer(missing()), Reload::Unchanged));
+        let second = material();
+        match reloader.offer(Ok(second)) {
+            Reload::Loaded(loaded) => assert_eq!(loaded.config.alpn_protocols, [b"h2".to_vec()]),
+            other => panic!("{other:?}"),
+        }
+        // Back to the first generation after a failure: that is a change too.
+        assert!(matches!(reloader.offer(Ok(first)), Reload::Loaded(_)));
     }
 
     #[test]

@@ -294,7 +294,7 @@ pub async fn start(
         TlsSource::Fixed(m) => m.clone(),
         TlsSource::Watched(rx) => rx.borrow().clone(),
     };
-    let loaded = tls::build(&material)?;
+    let (tls_reloader, loaded) = tls::Reloader::start(&material, tls::ALPN_HTTP)?;
     let rustls_config = RustlsConfig::from_config(loaded.config);
     let bounds = MemoryBounds::from_budget(options.flags.memory_budget, options.flags.body_limit)
         .map_err(ServeError::Budget)?;
@@ -378,7 +378,7 @@ pub async fn start(
         state.clone(),
         rustls_config,
         options.tls.clone(),
-        material.fingerprint(),
+        tls_reloader,
         options.flags.config_path.clone(),
         options.flags.reload_interval,
         options.fit.clone(),
@@ -400,7 +400,7 @@ async fn reload_loop(
     state: Arc<AppState>,
     rustls_config: RustlsConfig,
     source: TlsSource,
-    mut tls_seen: [u8; 32],
+    mut tls_reloader: tls::Reloader,
     config_path: Option<PathBuf>,
     interval: Duration,
     fit: ClusterFit,
@@ -423,38 +423,26 @@ async fn reload_loop(
             }
             None => tokio::time::sleep(interval).await,
         }
-        let material = match (&source, &watched) {
-            (TlsSource::Files(files), _) => match files.read() {
-                Ok(m) => Some(m),
-                Err(e) => {
-                    let fp = sha(e.to_string().as_bytes());
-                    if fp != tls_seen {
-                        tls_seen = fp;
-                        warn!(error = %e, "cannot read the serving certificate; keeping the current one");
-                        state.metrics.cert_reload(false);
-                    }
-                    None
-                }
-            },
-            (TlsSource::Watched(_), Some(rx)) => Some(rx.borrow().clone()),
+        let reading = match (&source, &watched) {
+            (TlsSource::Files(files), _) => Some(files.read()),
+            (TlsSource::Watched(_), Some(rx)) => Some(Ok(rx.borrow().clone())),
             _ => None,
         };
-        if let Some(material) = material {
-            let fp = material.fingerprint();
-            if fp != tls_seen {
-                tls_seen = fp;
-                match tls::build(&material) {
-                    Ok(loaded) => {
-                        rustls_config.reload_from_config(loaded.config);
-                        state.metrics.set_cert_expiry(loaded.not_after);
-                        state.metrics.cert_reload(true);
-                        info!(not_after = loaded.not_after, "serving certificate reloaded");
-                    }
-                    Err(e) => {
-                        state.metrics.cert_reload(false);
-                        warn!(error = %e, "new serving certificate is invalid; keeping the current one");
-                    }
-                }
+        match reading.map(|r| tls_reloader.offer(r)) {
+            None | Some(tls::Reload::Unchanged) => {}
+            Some(tls::Reload::Loaded(loaded)) => {
+                rustls_config.reload_from_config(loaded.config);
+                state.metrics.set_cert_expiry(loaded.not_after);
+                state.metrics.cert_reload(true);
+                info!(not_after = loaded.not_after, "serving certificate reloaded");
+            }
+            Some(tls::Reload::Failed(e @ TlsError::Read { .. })) => {
+                state.metrics.cert_reload(false);
+                warn!(error = %e, "cannot read the serving certificate; keeping the current one");
+            }
+            Some(tls::Reload::Failed(e)) => {
+                state.metrics.cert_reload(false);
+                warn!(error = %e, "new serving certificate is invalid; keeping the current one");
             }
         }
         if let Some(path) = &config_path {
