@@ -503,7 +503,7 @@ fn app_env_takes_plain_distinct_values_only() {
         ("      - {name: X}\n", "plain value"),
         (
             "      - {name: FLAGD_PORT, value: \"1\"}\n",
-            "also one of envNames",
+            "also envNames.port",
         ),
         (
             "      - {name: X, value: a}\n      - {name: X, value: b}\n",
