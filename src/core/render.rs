@@ -789,4 +789,89 @@ mod tests {
         assert!(relevant_env(Some(&odd), &names, what).is_err());
         assert!(relevant_env(None, &names, what).unwrap().is_none());
     }
+
+    fn names_and_values(env: &[EnvVar]) -> Vec<(String, String)> {
+        env.iter()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn tls_variables_only_on_the_tcp_path() {
+        let config = Config::from_yaml(
+            "profiles:\n  cerbos:\n    central: {address: \"cerbos.cerbos.svc:3593\"}\n    tls:\n      secretName: s\n      serverName: pdp.example\n",
+        )
+        .unwrap();
+        let p = &config.profiles["cerbos"];
+        assert!(!tls_applies(p, Mode::Sidecar));
+        let sidecar = app_env(p, Wiring::of(p, Mode::Sidecar, true));
+        assert!(
+            sidecar
+                .iter()
+                .all(|e| !e.name.starts_with("CERBOS_PDP_TLS"))
+        );
+        // Even a wiring that asks for TLS gets none in sidecar mode.
+        let forced = Wiring {
+            tls: true,
+            ..Wiring::of(p, Mode::Sidecar, false)
+        };
+        assert_eq!(
+            app_env(p, forced),
+            app_env(p, Wiring::of(p, Mode::Sidecar, false))
+        );
+        for mode in [Mode::Daemonset, Mode::Central] {
+            let env = names_and_values(&app_env(p, Wiring::of(p, mode, false)));
+            let tail: Vec<(&str, &str)> = env[env.len() - 3..]
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str()))
+                .collect();
+            assert_eq!(
+                tail,
+                [
+                    ("CERBOS_PDP_TLS", "true"),
+                    ("CERBOS_PDP_TLS_CA", "/var/run/pdp-injector/tls/ca.crt"),
+                    ("CERBOS_PDP_TLS_SERVER_NAME", "pdp.example"),
+                ],
+                "{mode}"
+            );
+        }
+        // A re-wiring of a Pod first wired without TLS stays without it.
+        let without = Wiring {
+            tls: false,
+            ..Wiring::of(p, Mode::Daemonset, false)
+        };
+        assert!(
+            app_env(p, without)
+                .iter()
+                .all(|e| !e.name.starts_with("CERBOS_PDP_TLS"))
+        );
+    }
+
+    #[test]
+    fn ipv6_nodes_get_a_bracketed_daemonset_address() {
+        let config = Config::builtin();
+        let p = &config.profiles["cerbos"];
+        let v6 = Wiring {
+            family: NodeAddressFamily::IPv6,
+            ..Wiring::of(p, Mode::Daemonset, false)
+        };
+        let addr = |w: Wiring| {
+            app_env(p, w)
+                .into_iter()
+                .find(|e| e.name == "CERBOS_PDP_ADDR")
+                .and_then(|e| e.value)
+                .unwrap()
+        };
+        assert_eq!(addr(v6), "[$(CERBOS_PDP_HOST)]:3593");
+        assert_eq!(
+            addr(Wiring::of(p, Mode::Daemonset, false)),
+            "$(CERBOS_PDP_HOST):3593"
+        );
+        // 127.0.0.1 is on every Pod's loopback, IPv6-only clusters included.
+        let sidecar = Wiring {
+            family: NodeAddressFamily::IPv6,
+            ..Wiring::of(p, Mode::Sidecar, false)
+        };
+        assert_eq!(addr(sidecar), "127.0.0.1:3593");
+    }
 }
