@@ -27,6 +27,9 @@ pub const ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES: &str =
 pub const VOLUME_SOCKET: &str = "pdp-injector-socket";
 /// Volume holding the optional mTLS client material mounted into app containers.
 pub const VOLUME_MTLS: &str = "pdp-injector-mtls";
+/// Volume holding the TLS material of the profile's `tls` (CA, optionally a client certificate and key),
+/// mounted into app containers in the modes that reach the PDP over TCP (daemonset, central).
+pub const VOLUME_TLS: &str = "pdp-injector-tls";
 
 /// Namespaces that are never injected, whatever the config says: the control plane's own.
 pub const ALWAYS_EXCLUDED_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];

@@ -109,7 +109,12 @@ fn check_pair(input: &Value, output: &Value, config: &Config, ctx: &str) -> usiz
                     }
                     let volume = m["name"].as_str().unwrap();
                     assert!(
-                        volume == "pdp-injector-socket" || volume == "pdp-injector-mtls",
+                        [
+                            "pdp-injector-socket",
+                            "pdp-injector-mtls",
+                            "pdp-injector-tls"
+                        ]
+                        .contains(&volume),
                         "{ctx}: {name} got a mount of {volume}"
                     );
                     assert_eq!(m["readOnly"], true, "{ctx}: {name} mount of {volume}");
@@ -173,6 +178,30 @@ fn check_pair(input: &Value, output: &Value, config: &Config, ctx: &str) -> usiz
     for v in output["spec"]["volumes"].as_array().into_iter().flatten() {
         if old_volumes.contains(&v) {
             continue;
+        }
+        if v["name"] == "pdp-injector-tls" {
+            // The profile's TLS Secret, on the TCP path only, and only the keys an SDK needs.
+            let secret = &v["secret"];
+            let name = secret["secretName"].as_str().unwrap_or("");
+            assert!(
+                config
+                    .profiles
+                    .values()
+                    .filter_map(|p| p.tls.as_ref())
+                    .any(|t| t.secret_name == name),
+                "{ctx}: TLS volume of Secret {name:?}, which no profile names"
+            );
+            for item in secret["items"].as_array().expect("TLS keys are listed") {
+                assert!(
+                    ["ca.crt", "tls.crt", "tls.key"].contains(&item["key"].as_str().unwrap_or("")),
+                    "{ctx}: TLS volume projects {item}"
+                );
+            }
+            let status = status.as_ref().expect("an injected Pod has a status");
+            assert_ne!(
+                status["mode"], "sidecar",
+                "{ctx}: TLS wired in sidecar mode"
+            );
         }
         let Some(hp) = v.get("hostPath") else {
             continue;

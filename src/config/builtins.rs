@@ -77,6 +77,11 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
             address: "CERBOS_PDP_ADDR".into(),
             socket: "CERBOS_PDP_SOCKET".into(),
             port: None,
+            tls: None,
+            tls_ca: None,
+            tls_server_name: None,
+            tls_cert: None,
+            tls_key: None,
         },
         host_field: HostField::HostIp,
         socket: SocketSpec {
@@ -96,6 +101,14 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
         central: None,
         app_env: vec![],
         host_socket: true,
+        tls: None,
+        tls_env_defaults: Some(TlsEnvNames {
+            flag: "CERBOS_PDP_TLS".into(),
+            ca: "CERBOS_PDP_TLS_CA".into(),
+            server_name: "CERBOS_PDP_TLS_SERVER_NAME".into(),
+            cert: "CERBOS_PDP_TLS_CERT".into(),
+            key: "CERBOS_PDP_TLS_KEY".into(),
+        }),
     };
     let flagd = Profile {
         image: "ghcr.io/open-feature/flagd:v0.12.9".into(),
@@ -130,6 +143,11 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
             address: "FLAGD_ADDR".into(),
             socket: "FLAGD_SOCKET_PATH".into(),
             port: Some("FLAGD_PORT".into()),
+            tls: None,
+            tls_ca: None,
+            tls_server_name: None,
+            tls_cert: None,
+            tls_key: None,
         },
         host_field: HostField::HostIp,
         socket: SocketSpec {
@@ -149,6 +167,16 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
         central: None,
         app_env: vec![],
         host_socket: true,
+        tls: None,
+        // The names flagd's OpenFeature providers read (FLAGD_TLS, FLAGD_SERVER_CERT_PATH), and the same
+        // prefix for the rest.
+        tls_env_defaults: Some(TlsEnvNames {
+            flag: "FLAGD_TLS".into(),
+            ca: "FLAGD_SERVER_CERT_PATH".into(),
+            server_name: "FLAGD_TLS_SERVER_NAME".into(),
+            cert: "FLAGD_TLS_CERT_PATH".into(),
+            key: "FLAGD_TLS_KEY_PATH".into(),
+        }),
     };
     BTreeMap::from([("cerbos".into(), cerbos), ("flagd".into(), flagd)])
 }

@@ -152,6 +152,38 @@ pub struct EnvNames {
     /// Port of the PDP on its own, for SDKs that read host and port separately (flagd's `FLAGD_PORT`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<String>,
+    /// With `tls`: the flag that turns TLS on (`CERBOS_PDP_TLS=true`). Unset: the profile's built-in name. The
+    /// TLS names are serialized only when set, so configs without them keep their hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
+    /// With `tls`: the path of the CA bundle that signs the PDP's serving certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<String>,
+    /// With `tls`: the name to verify in the PDP's certificate (the address is the node's IP, which no
+    /// certificate names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_server_name: Option<String>,
+    /// With `tls.clientCertificate`: the path of the app's client certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<String>,
+    /// With `tls.clientCertificate`: the path of the app's client key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<String>,
+}
+
+/// The names of the TLS variables, resolved: what `envNames` sets, else the built-in profile's names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsEnvNames {
+    /// `true` when the app must dial with TLS.
+    pub flag: String,
+    /// Path of the CA bundle.
+    pub ca: String,
+    /// Name in the PDP's serving certificate.
+    pub server_name: String,
+    /// Path of the client certificate.
+    pub cert: String,
+    /// Path of the client key.
+    pub key: String,
 }
 
 /// Where the PDP's Unix socket lives.
@@ -204,6 +236,66 @@ pub struct MtlsSpec {
     pub mount_path: String,
 }
 
+/// TLS on the TCP path (daemonset and central modes): the CA, optionally a client certificate, mounted
+/// read-only into app containers from a Secret in the Pod's namespace, and the variables an SDK needs to dial
+/// with TLS. Sidecar mode talks to 127.0.0.1 inside the Pod and gets none of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TlsSpec {
+    /// Secret in the Pod's namespace, as cert-manager writes it: `ca.crt`, and with `clientCertificate`
+    /// `tls.crt` and `tls.key`.
+    pub secret_name: String,
+    /// Where app containers see those files (read-only).
+    #[serde(default = "default_tls_mount_path")]
+    pub mount_path: String,
+    /// The DNS name in the PDP's serving certificate, which the app verifies instead of the address.
+    pub server_name: String,
+    /// `true`: the PDP requires client certificates; the app also gets the paths of `tls.crt` and `tls.key`.
+    #[serde(default)]
+    pub client_certificate: bool,
+}
+
+/// Where the TLS Secret is mounted when the profile does not say.
+pub const DEFAULT_TLS_MOUNT_PATH: &str = "/var/run/pdp-injector/tls";
+
+fn default_tls_mount_path() -> String {
+    DEFAULT_TLS_MOUNT_PATH.into()
+}
+
+impl TlsSpec {
+    /// The Secret's keys the app gets, in the order they are projected.
+    pub fn keys(&self) -> &'static [&'static str] {
+        if self.client_certificate {
+            &["ca.crt", "tls.crt", "tls.key"]
+        } else {
+            &["ca.crt"]
+        }
+    }
+
+    /// Path of one of the Secret's keys as app containers see it.
+    pub fn file(&self, key: &str) -> String {
+        format!("{}/{key}", self.mount_path.trim_end_matches('/'))
+    }
+}
+
+/// The IP family of the nodes' addresses (`status.hostIP`, a node's first InternalIP), which decides how
+/// daemonset mode writes the address: `10.0.0.7:3593` or `[fd00::7]:3593`. Dual-stack clusters use the family
+/// the nodes list first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum NodeAddressFamily {
+    /// `$(HOST):port`.
+    #[default]
+    IPv4,
+    /// `[$(HOST)]:port`, the only valid `host:port` around an IPv6 address.
+    IPv6,
+}
+
+impl NodeAddressFamily {
+    fn is_ipv4(&self) -> bool {
+        *self == NodeAddressFamily::IPv4
+    }
+}
+
 /// Where central mode points: a PDP that runs as an ordinary Deployment behind a Service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -235,18 +327,15 @@ impl CentralSpec {
                     .map_err(|_| format!("{a:?}: {inner:?} is not an IPv6 address"))?;
                 inner
             }
+            None if host.contains(':') => {
+                return Err(format!(
+                    "{a:?}: an IPv6 host must be written in brackets, as in [{host}]:{port}"
+                ));
+            }
             None => {
                 // A DNS name or an IPv4 address: lowercase labels of letters, digits and '-', dot-separated.
                 // Anything else (spaces, '$(', '/', a scheme) would end up verbatim in the app's variables.
-                let label_ok = |l: &str| {
-                    !l.is_empty()
-                        && l.len() <= 63
-                        && !l.starts_with('-')
-                        && !l.ends_with('-')
-                        && l.bytes()
-                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                };
-                if host.len() > 253 || !host.split('.').all(label_ok) {
+                if !is_dns_name(host) {
                     return Err(format!(
                         "{a:?}: host {host:?} is not a DNS name or an IP address (lowercase letters, digits, '-' and '.')"
                     ));
@@ -256,6 +345,20 @@ impl CentralSpec {
         };
         Ok((host, port))
     }
+}
+
+/// A DNS name or an IPv4 address as Kubernetes writes them: dot-separated labels of lowercase letters, digits
+/// and '-', at most 253 characters.
+pub fn is_dns_name(host: &str) -> bool {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    host.len() <= 253 && host.split('.').all(label_ok)
 }
 
 /// Everything pdp-injector needs to wire a Pod to one kind of PDP. Admin-owned.
@@ -306,6 +409,32 @@ pub struct Profile {
     /// serves no socket (the shipped node-local flagd). Serialized only when `false`, so hashes stay put.
     #[serde(skip_serializing_if = "is_true")]
     pub host_socket: bool,
+    /// TLS on the TCP path (daemonset and central modes). Serialized only when set, so hashes stay put.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+    /// The TLS variable names of the built-in profile this one descends from, used where `envNames` sets
+    /// none. Code, not configuration: left out of the hash like the rest of the built-ins' defaults that no
+    /// Pod sees until `tls` is set (and then the resolved names are in `envNames`' place in every Pod).
+    #[serde(skip)]
+    pub tls_env_defaults: Option<TlsEnvNames>,
+}
+
+impl Profile {
+    /// The TLS variable names: `envNames` where it sets them, the built-in defaults elsewhere; `None` when a
+    /// name has neither (a profile that extends no built-in and names no TLS variables).
+    pub fn tls_env_names(&self) -> Option<TlsEnvNames> {
+        let n = &self.env_names;
+        let d = self.tls_env_defaults.as_ref();
+        let pick =
+            |own: &Option<String>, default: Option<&String>| own.clone().or(default.cloned());
+        Some(TlsEnvNames {
+            flag: pick(&n.tls, d.map(|d| &d.flag))?,
+            ca: pick(&n.tls_ca, d.map(|d| &d.ca))?,
+            server_name: pick(&n.tls_server_name, d.map(|d| &d.server_name))?,
+            cert: pick(&n.tls_cert, d.map(|d| &d.cert))?,
+            key: pick(&n.tls_key, d.map(|d| &d.key))?,
+        })
+    }
 }
 
 fn is_true(b: &bool) -> bool {
@@ -337,6 +466,7 @@ struct ProfileFile {
     central: Option<CentralSpec>,
     app_env: Option<Vec<EnvVar>>,
     host_socket: Option<bool>,
+    tls: Option<TlsSpec>,
 }
 
 /// The file as written.
@@ -349,6 +479,7 @@ struct ConfigFile {
     webhook_namespace: Option<String>,
     excluded_namespaces: Option<Vec<String>>,
     default_pod_security_level: Option<PssLevel>,
+    node_address_family: Option<NodeAddressFamily>,
     profiles: Option<BTreeMap<String, ProfileFile>>,
 }
 
@@ -368,6 +499,10 @@ pub struct Config {
     pub excluded_namespaces: BTreeSet<String>,
     /// The Pod Security level of a namespace without an enforce label (or unknown, as offline).
     pub default_pod_security_level: PssLevel,
+    /// The IP family of `status.hostIP`: how daemonset mode writes the node's address. Serialized only when
+    /// not the default IPv4, so existing configs keep their hash.
+    #[serde(skip_serializing_if = "NodeAddressFamily::is_ipv4")]
+    pub node_address_family: NodeAddressFamily,
     /// Named profiles.
     pub profiles: BTreeMap<String, Profile>,
     /// Short hash of everything above, written into the status annotation.
@@ -495,6 +630,7 @@ impl Config {
                 .default_pod_security_level
                 // Fail safe: assuming more than the cluster allows gets Pods rejected; less only drops the socket.
                 .unwrap_or(PssLevel::Baseline),
+            node_address_family: file.node_address_family.unwrap_or_default(),
             profiles,
             hash: String::new(),
         };
@@ -562,6 +698,8 @@ fn merge_profile(
             central: o.central.or(b.central),
             app_env: o.app_env.unwrap_or(b.app_env),
             host_socket: o.host_socket.unwrap_or(b.host_socket),
+            tls: o.tls.or(b.tls),
+            tls_env_defaults: b.tls_env_defaults,
         }),
         None => {
             let ports = o.ports.ok_or_else(|| missing("ports"))?;
@@ -593,6 +731,8 @@ fn merge_profile(
                 central: o.central,
                 app_env: o.app_env.unwrap_or_default(),
                 host_socket: o.host_socket.unwrap_or(true),
+                tls: o.tls,
+                tls_env_defaults: None,
             })
         }
     }

@@ -503,7 +503,7 @@ fn app_env_takes_plain_distinct_values_only() {
         ("      - {name: X}\n", "plain value"),
         (
             "      - {name: FLAGD_PORT, value: \"1\"}\n",
-            "also one of envNames",
+            "also envNames.port",
         ),
         (
             "      - {name: X, value: a}\n      - {name: X, value: b}\n",
@@ -527,4 +527,212 @@ fn host_socket_defaults_on_and_leaves_the_hash_alone() {
     assert!(!c.profiles["mine"].host_socket);
     // Unset appEnv and hostSocket are left out of the hashed config: the built-in hash is what the docs show.
     assert_eq!(Config::builtin().hash, "8316f906c439");
+}
+
+fn with_tls(profile: &str, tls: &str) -> Result<Config, ConfigError> {
+    Config::from_yaml(&format!("profiles:\n  {profile}:\n    tls:\n{tls}"))
+}
+
+#[test]
+fn tls_defaults_its_mount_path_and_names_per_builtin() {
+    let c = with_tls(
+        "cerbos",
+        "      secretName: pdp-tls\n      serverName: cerbos-pdp.pdp-node.svc\n",
+    )
+    .unwrap();
+    let p = &c.profiles["cerbos"];
+    let tls = p.tls.as_ref().unwrap();
+    assert_eq!(tls.mount_path, "/var/run/pdp-injector/tls");
+    assert!(!tls.client_certificate);
+    assert_eq!(tls.keys(), ["ca.crt"]);
+    let names = p.tls_env_names().unwrap();
+    assert_eq!(
+        [
+            names.flag,
+            names.ca,
+            names.server_name,
+            names.cert,
+            names.key
+        ],
+        [
+            "CERBOS_PDP_TLS",
+            "CERBOS_PDP_TLS_CA",
+            "CERBOS_PDP_TLS_SERVER_NAME",
+            "CERBOS_PDP_TLS_CERT",
+            "CERBOS_PDP_TLS_KEY"
+        ]
+    );
+    // flagd's names are what its OpenFeature providers read; a profile extending flagd inherits them.
+    let c = Config::from_yaml(
+        "profiles:\n  flags:\n    extends: flagd\n    tls:\n      secretName: f\n      serverName: flagd.x.svc\n      clientCertificate: true\n",
+    )
+    .unwrap();
+    let names = c.profiles["flags"].tls_env_names().unwrap();
+    assert_eq!(names.flag, "FLAGD_TLS");
+    assert_eq!(names.ca, "FLAGD_SERVER_CERT_PATH");
+    assert_eq!(names.cert, "FLAGD_TLS_CERT_PATH");
+    assert_eq!(names.key, "FLAGD_TLS_KEY_PATH");
+    assert_eq!(
+        c.profiles["flags"].tls.as_ref().unwrap().keys(),
+        ["ca.crt", "tls.crt", "tls.key"]
+    );
+    // envNames renames them one by one; the rest keep the built-in names.
+    let c = Config::from_yaml(
+        "profiles:\n  cerbos:\n    envNames: {host: H, address: A, socket: S, tlsCa: MY_CA}\n    tls:\n      secretName: s\n      serverName: pdp.example\n",
+    )
+    .unwrap();
+    let names = c.profiles["cerbos"].tls_env_names().unwrap();
+    assert_eq!(names.ca, "MY_CA");
+    assert_eq!(names.flag, "CERBOS_PDP_TLS");
+}
+
+#[test]
+fn tls_and_node_address_family_leave_other_configs_hash_alone() {
+    // The built-in TLS names are code, not config: the built-in hash is unchanged (the docs show it).
+    assert_eq!(Config::builtin().hash, "8316f906c439");
+    assert_eq!(
+        Config::from_yaml("nodeAddressFamily: IPv4\n").unwrap().hash,
+        "8316f906c439"
+    );
+    let v6 = Config::from_yaml("nodeAddressFamily: IPv6\n").unwrap();
+    assert_eq!(v6.node_address_family, NodeAddressFamily::IPv6);
+    assert_ne!(v6.hash, "8316f906c439");
+    let tls = with_tls(
+        "cerbos",
+        "      secretName: s\n      serverName: pdp.example\n",
+    )
+    .unwrap();
+    assert_ne!(tls.hash, "8316f906c439");
+    let e = Config::from_yaml("nodeAddressFamily: ipv6\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("nodeAddressFamily"), "{e}");
+}
+
+#[test]
+fn tls_is_validated_with_clear_messages() {
+    let ok = "      secretName: pdp-tls\n      serverName: cerbos-pdp.pdp-node.svc\n";
+    for (tls, why) in [
+        ("      secretName: pdp-tls\n", "serverName"),
+        ("      serverName: a.b\n", "secretName"),
+        (
+            "      secretName: Pdp_TLS\n      serverName: a.b\n",
+            "tls.secretName \"Pdp_TLS\" is not a DNS label",
+        ),
+        (
+            "      secretName: s\n      serverName: 10.0.0.7\n",
+            "tls.serverName \"10.0.0.7\" must be the DNS name",
+        ),
+        (
+            "      secretName: s\n      serverName: \"*.pdp.svc\"\n",
+            "tls.serverName",
+        ),
+        (
+            "      secretName: s\n      serverName: a.b\n      mountPath: tls\n",
+            "tls.mountPath \"tls\" must be an absolute path",
+        ),
+        (
+            "      secretName: s\n      serverName: a.b\n      mountPath: /var/run/cerbos\n",
+            "overlaps socket.dir",
+        ),
+        (
+            "      secretName: s\n      serverName: a.b\n      mountPath: /var/run/cerbos/tls\n",
+            "overlaps socket.dir",
+        ),
+        (
+            "      secretName: s\n      serverName: a.b\n      mountPath: /var\n",
+            "overlaps socket.dir",
+        ),
+        (
+            "      secretName: s\n      serverName: a.b\n      clientCert: true\n",
+            "clientCert",
+        ),
+    ] {
+        let e = with_tls("cerbos", tls).unwrap_err().to_string();
+        assert!(e.contains(why), "{tls}: {e}");
+    }
+    with_tls("cerbos", ok).unwrap();
+
+    // tls and mtls together: one rule, said plainly.
+    let e = Config::from_yaml(&format!(
+        "profiles:\n  cerbos:\n    mtls: {{secretName: c, mountPath: /etc/c}}\n    tls:\n{ok}"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("profile \"cerbos\": tls and mtls are both set") && e.contains("Keep one"),
+        "{e}"
+    );
+
+    // TLS names: valid, distinct from each other and from the rest, not shadowed by appEnv.
+    for (names, why) in [
+        (
+            "{host: H, address: A, socket: S, tls: \"1X\"}",
+            "not a valid environment variable name",
+        ),
+        (
+            "{host: H, address: A, socket: S, tlsCa: H}",
+            "envNames must be distinct: host and tlsCa are both \"H\"",
+        ),
+        (
+            "{host: H, address: A, socket: S, tlsCert: K, tlsKey: K}",
+            "tlsCert and tlsKey are both \"K\"",
+        ),
+    ] {
+        let e = Config::from_yaml(&format!(
+            "profiles:\n  cerbos:\n    envNames: {names}\n    tls:\n{ok}"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains(why), "{names}: {e}");
+    }
+    let e = Config::from_yaml(&format!(
+        "profiles:\n  cerbos:\n    appEnv: [{{name: CERBOS_PDP_TLS, value: \"false\"}}]\n    tls:\n{ok}"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("appEnv \"CERBOS_PDP_TLS\" is also envNames.tls"),
+        "{e}"
+    );
+
+    // A profile of its own has no built-in names to fall back on.
+    let own = "profiles:\n  opa:\n    image: opa\n    ports: [{name: http, port: 8181}]\n    health: {path: /health, port: 8181}\n    envNames: {host: OPA_HOST, address: OPA_ADDR, socket: OPA_SOCKET}\n    socket: {dir: /var/run/opa, file: opa.sock}\n";
+    Config::from_yaml(own).unwrap();
+    let e = Config::from_yaml(&format!(
+        "{own}    tls:\n  {}",
+        ok.replace('\n', "\n  ").trim_end()
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("envNames does not name every TLS variable"),
+        "{e}"
+    );
+    Config::from_yaml(&format!(
+        "{}    envNames: {{host: OPA_HOST, address: OPA_ADDR, socket: OPA_SOCKET, tls: OPA_TLS, tlsCa: OPA_CA, tlsServerName: OPA_SN, tlsCert: OPA_CERT, tlsKey: OPA_KEY}}\n    tls:\n{ok}",
+        own.replace("    envNames: {host: OPA_HOST, address: OPA_ADDR, socket: OPA_SOCKET}\n", "")
+    ))
+    .unwrap();
+}
+
+#[test]
+fn central_ipv6_addresses_need_brackets() {
+    let spec = |a: &str| CentralSpec { address: a.into() };
+    for bad in ["fd00::a:3593", "fd00:10:96::a:3593"] {
+        let e = spec(bad).host_port().unwrap_err();
+        assert!(
+            e.contains("an IPv6 host must be written in brackets"),
+            "{bad}: {e}"
+        );
+    }
+    let e = spec("fd00::a:3593").host_port().unwrap_err();
+    assert!(e.contains("[fd00::a]:3593"), "{e}");
+    let e = Config::from_yaml("profiles:\n  cerbos:\n    central: {address: \"fd00::a:3593\"}\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("central.address") && e.contains("brackets"),
+        "{e}"
+    );
 }

@@ -76,8 +76,44 @@ pub(super) fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigErro
         c.host_port()
             .map_err(|e| ConfigError::Invalid(format!("profile {name:?}: central.address {e}")))?;
     }
-    let names = [&p.env_names.host, &p.env_names.address, &p.env_names.socket];
-    for n in names.iter().copied().chain(p.env_names.port.as_ref()) {
+    let n = &p.env_names;
+    // Every variable name the profile may give app containers: the TLS ones count when `tls` is set (then
+    // resolved, built-in defaults included), and are checked for their spelling whenever `envNames` sets them.
+    let mut names: Vec<(&str, String)> = vec![
+        ("host", n.host.clone()),
+        ("address", n.address.clone()),
+        ("socket", n.socket.clone()),
+    ];
+    names.extend(n.port.clone().map(|v| ("port", v)));
+    for own in [
+        &n.tls,
+        &n.tls_ca,
+        &n.tls_server_name,
+        &n.tls_cert,
+        &n.tls_key,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        validate_env_name(name, own)?;
+    }
+    if p.tls.is_some() {
+        let Some(t) = p.tls_env_names() else {
+            return bad(
+                "tls is set but envNames does not name every TLS variable (tls, tlsCa, tlsServerName, tlsCert, \
+                 tlsKey): a profile that extends no built-in profile has no default names for them"
+                    .into(),
+            );
+        };
+        names.extend([
+            ("tls", t.flag),
+            ("tlsCa", t.ca),
+            ("tlsServerName", t.server_name),
+            ("tlsCert", t.cert),
+            ("tlsKey", t.key),
+        ]);
+    }
+    for (_, n) in &names {
         validate_env_name(name, n)?;
     }
     let mut fixed = BTreeSet::new();
@@ -89,24 +125,24 @@ pub(super) fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigErro
                 e.name
             ));
         }
-        if names.contains(&&e.name) || p.env_names.port.as_ref() == Some(&e.name) {
-            return bad(format!("appEnv {:?} is also one of envNames", e.name));
+        if let Some((key, _)) = names.iter().find(|(_, n)| *n == e.name) {
+            return bad(format!("appEnv {:?} is also envNames.{key}", e.name));
         }
         if !fixed.insert(&e.name) {
             return bad(format!("appEnv {:?} is listed twice", e.name));
         }
     }
-    let distinct: BTreeSet<&String> = names
-        .iter()
-        .copied()
-        .chain(p.env_names.port.as_ref())
-        .collect();
-    if distinct.len() != 3 + usize::from(p.env_names.port.is_some()) {
-        return bad("envNames must be distinct".into());
+    for (i, (key, n)) in names.iter().enumerate() {
+        if let Some((other, _)) = names[..i].iter().find(|(_, m)| m == n) {
+            return bad(format!(
+                "envNames must be distinct: {other} and {key} are both {n:?}"
+            ));
+        }
     }
     for (what, path) in [("socket.dir", &p.socket.dir)]
         .into_iter()
         .chain(p.mtls.as_ref().map(|m| ("mtls.mountPath", &m.mount_path)))
+        .chain(p.tls.as_ref().map(|t| ("tls.mountPath", &t.mount_path)))
         .chain(
             p.volumes
                 .iter()
@@ -128,7 +164,11 @@ pub(super) fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigErro
     if let Some(problem) = socket_dir_problem(&p.socket.dir) {
         return bad(format!("socket.dir {:?} {problem}", p.socket.dir));
     }
-    let mut volume_names = BTreeSet::from([crate::names::VOLUME_SOCKET, crate::names::VOLUME_MTLS]);
+    let mut volume_names = BTreeSet::from([
+        crate::names::VOLUME_SOCKET,
+        crate::names::VOLUME_MTLS,
+        crate::names::VOLUME_TLS,
+    ]);
     for v in &p.volumes {
         validate_name("volume name", &v.volume.name)?;
         if let Some(problem) = volume_source_problem(&v.volume) {
@@ -143,6 +183,41 @@ pub(super) fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigErro
     }
     if let Some(m) = &p.mtls {
         validate_name("mtls.secretName", &m.secret_name)?;
+    }
+    if let Some(t) = &p.tls {
+        if p.mtls.is_some() {
+            return bad(
+                "tls and mtls are both set: tls mounts its Secret and gives the app the variables to dial with TLS \
+                 (tls.clientCertificate: true adds the client certificate); mtls is the older, mount-only form. \
+                 Keep one (to move, put mtls.secretName in tls.secretName and remove mtls)"
+                    .into(),
+            );
+        }
+        validate_name("tls.secretName", &t.secret_name)?;
+        if !super::is_dns_name(&t.server_name)
+            || t.server_name.parse::<std::net::Ipv4Addr>().is_ok()
+        {
+            return bad(format!(
+                "tls.serverName {:?} must be the DNS name in the PDP's serving certificate (lowercase letters, \
+                 digits, '-' and '.'), such as cerbos-pdp.pdp-node.svc",
+                t.server_name
+            ));
+        }
+        let mount = normalise_dir(&t.mount_path);
+        let socket = normalise_dir(&p.socket.dir);
+        if mount == "/"
+            || mount == socket
+            || is_parent(&mount, &socket)
+            || is_parent(&socket, &mount)
+        {
+            return bad(format!(
+                "tls.mountPath {:?} overlaps socket.dir {:?}: app containers mount both, use a directory of its own \
+                 such as {}",
+                t.mount_path,
+                p.socket.dir,
+                super::DEFAULT_TLS_MOUNT_PATH
+            ));
+        }
     }
     let violations = restricted_violations(&p.security_context);
     if !violations.is_empty() {

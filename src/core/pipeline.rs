@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::config::{Config, Mode, Profile, PssLevel};
 use crate::core::decide::{pod_profiles, status_key};
-use crate::core::render::{app_env, render};
+use crate::core::render::{Wiring, app_env, render, tls_applies};
 use crate::core::view::{PodView, pod_json};
 use crate::core::{
     Decision, Denial, NamespaceInfo, Plan, Reason, Status, Warning, WarningCode, decide,
@@ -305,11 +305,19 @@ fn wire_more(
 
 /// What two profiles wired into one Pod in `mode` would both claim, if anything.
 fn clash(a: &Profile, b: &Profile, mode: Mode, pss: PssLevel) -> Option<String> {
+    // Every name the profile may write in this mode: the sidecar's set (host, port, address, socket, appEnv)
+    // and, on the TCP path, the TLS variables.
     let names = |p: &Profile| -> Vec<String> {
-        app_env(p, Mode::Sidecar, true)
+        let mut names: Vec<String> = app_env(p, Wiring::of(p, Mode::Sidecar, true))
             .into_iter()
             .map(|e| e.name)
-            .collect()
+            .collect();
+        if tls_applies(p, mode)
+            && let Some(t) = p.tls_env_names()
+        {
+            names.extend([t.flag, t.ca, t.server_name, t.cert, t.key]);
+        }
+        names
     };
     let theirs = names(b);
     if let Some(var) = names(a).into_iter().find(|n| theirs.contains(n)) {
@@ -317,6 +325,12 @@ fn clash(a: &Profile, b: &Profile, mode: Mode, pss: PssLevel) -> Option<String> 
     }
     if a.mtls.is_some() && b.mtls.is_some() {
         return Some("both mount a client mTLS Secret as volume pdp-injector-mtls".into());
+    }
+    if tls_applies(a, mode) && tls_applies(b, mode) {
+        return Some(format!(
+            "both mount a TLS Secret as volume {}: give the TLS to one of them only",
+            crate::names::VOLUME_TLS
+        ));
     }
     match mode {
         Mode::Sidecar => {

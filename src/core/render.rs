@@ -10,13 +10,14 @@ use std::collections::BTreeMap;
 use json_patch::Patch;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
-    HostPathVolumeSource, ObjectFieldSelector, Probe, SecretVolumeSource, Volume, VolumeMount,
+    HostPathVolumeSource, KeyToPath, ObjectFieldSelector, Probe, SecretVolumeSource, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::value::RawValue;
 
-use crate::config::{Config, Mode, Placement, Profile, PssLevel};
+use crate::config::{Config, HostField, Mode, NodeAddressFamily, Placement, Profile, PssLevel};
 use crate::core::patch::{PatchBuilder, pointer};
 use crate::core::view::{
     EnvEntry, MountEntry, PodView, Str, VolumeEntry, parse_list, volume_entries,
@@ -35,58 +36,113 @@ pub struct Rendered {
     pub status: Status,
 }
 
+/// What an app container is wired with besides the profile: decided once for the Pod by the first pass, and
+/// kept by a re-wiring so that a new container gets exactly what the others got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wiring {
+    /// The mode.
+    pub mode: Mode,
+    /// The PDP's Unix socket is mounted (its path variable is set).
+    pub socket: bool,
+    /// The profile's `tls` is wired (its Secret mounted, its variables set). Never in sidecar mode.
+    pub tls: bool,
+    /// How the node's address is written in daemonset mode.
+    pub family: NodeAddressFamily,
+}
+
+impl Wiring {
+    /// The wiring of `mode` with the socket as given, TLS wherever the profile has it and the mode uses it,
+    /// and IPv4 node addresses: what the built-in config gives.
+    pub fn of(profile: &Profile, mode: Mode, socket: bool) -> Wiring {
+        Wiring {
+            mode,
+            socket,
+            tls: tls_applies(profile, mode),
+            family: NodeAddressFamily::IPv4,
+        }
+    }
+}
+
+/// Whether the profile's `tls` is wired in `mode`: on the TCP path only (daemonset, central). In sidecar mode
+/// the app reaches its PDP on 127.0.0.1 inside the Pod, where TLS protects nothing.
+pub fn tls_applies(profile: &Profile, mode: Mode) -> bool {
+    profile.tls.is_some() && mode != Mode::Sidecar
+}
+
 /// The variables an app container receives, in the order they are prepended.
 ///
 /// Central mode takes host and port from the profile's `central.address`; a profile without one gives no
 /// variables at all, and [`render`] refuses such a Pod before it gets here.
-pub fn app_env(profile: &Profile, mode: Mode, with_socket: bool) -> Vec<EnvVar> {
+pub fn app_env(profile: &Profile, wiring: Wiring) -> Vec<EnvVar> {
+    let Wiring {
+        mode,
+        socket: with_socket,
+        ..
+    } = wiring;
     let names = &profile.env_names;
     let value = |name: &str, value: String| EnvVar {
         name: name.to_string(),
         value: Some(value),
         value_from: None,
     };
+    let mut env = Vec::with_capacity(9);
     if mode == Mode::Central {
         let Some((central, Ok((host, port)))) =
             profile.central.as_ref().map(|c| (c, c.host_port()))
         else {
             return vec![];
         };
-        let mut env = vec![value(&names.host, host.to_string())];
+        env.push(value(&names.host, host.to_string()));
         if let Some(port_name) = &names.port {
             env.push(value(port_name, port.to_string()));
         }
         // The address as the admin wrote it (brackets kept for IPv6), so that it is a valid host:port.
         env.push(value(&names.address, central.address.clone()));
-        env.extend(profile.app_env.iter().cloned());
-        return env;
-    }
-    // Sidecar and daemonset from here (central returned above; its arms below are for exhaustiveness only).
-    let port = profile.address_port;
-    let mut env = Vec::with_capacity(4);
-    env.push(match mode {
-        Mode::Sidecar | Mode::Central => value(&names.host, "127.0.0.1".into()),
-        Mode::Daemonset => EnvVar {
-            name: names.host.clone(),
-            value: None,
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    api_version: Some("v1".into()),
-                    field_path: profile.host_field.field_path().into(),
+    } else {
+        let port = profile.address_port;
+        env.push(match mode {
+            Mode::Sidecar | Mode::Central => value(&names.host, "127.0.0.1".into()),
+            Mode::Daemonset => EnvVar {
+                name: names.host.clone(),
+                value: None,
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        api_version: Some("v1".into()),
+                        field_path: profile.host_field.field_path().into(),
+                    }),
+                    ..Default::default()
                 }),
-                ..Default::default()
-            }),
-        },
-    });
-    if let Some(port_name) = &names.port {
-        env.push(value(port_name, port.to_string()));
+            },
+        });
+        if let Some(port_name) = &names.port {
+            env.push(value(port_name, port.to_string()));
+        }
+        // The kubelet expands `$(HOST)` and cannot add brackets on its own: an IPv6 node address gets them
+        // here. A node name (`spec.nodeName`) is a DNS name and never takes them.
+        let bracketed =
+            wiring.family == NodeAddressFamily::IPv6 && profile.host_field == HostField::HostIp;
+        env.push(match mode {
+            Mode::Sidecar | Mode::Central => value(&names.address, format!("127.0.0.1:{port}")),
+            Mode::Daemonset if bracketed => {
+                value(&names.address, format!("[$({})]:{port}", names.host))
+            }
+            Mode::Daemonset => value(&names.address, format!("$({}):{port}", names.host)),
+        });
+        if with_socket {
+            env.push(value(&names.socket, profile.socket.path()));
+        }
     }
-    env.push(match mode {
-        Mode::Sidecar | Mode::Central => value(&names.address, format!("127.0.0.1:{port}")),
-        Mode::Daemonset => value(&names.address, format!("$({}):{port}", names.host)),
-    });
-    if with_socket {
-        env.push(value(&names.socket, profile.socket.path()));
+    if wiring.tls
+        && mode != Mode::Sidecar
+        && let (Some(tls), Some(t)) = (&profile.tls, profile.tls_env_names())
+    {
+        env.push(value(&t.flag, "true".into()));
+        env.push(value(&t.ca, tls.file("ca.crt")));
+        env.push(value(&t.server_name, tls.server_name.clone()));
+        if tls.client_certificate {
+            env.push(value(&t.cert, tls.file("tls.crt")));
+            env.push(value(&t.key, tls.file("tls.key")));
+        }
     }
     env.extend(profile.app_env.iter().cloned());
     env
@@ -163,6 +219,33 @@ fn mtls_volume(profile: &Profile) -> Option<Volume> {
             secret_name: Some(m.secret_name.clone()),
             default_mode: Some(0o440),
             ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// The profile's TLS Secret, projected to the keys the app needs: `ca.crt`, and the client certificate and key
+/// only when the PDP asks for them, so a key the Secret holds anyway (cert-manager always writes `tls.key`) is
+/// not handed to apps that do not use it. A missing key or Secret holds the Pod in ContainerCreating: the app
+/// never starts without the TLS it was configured for. Mode 0444: app containers run as users of their own,
+/// usually without an fsGroup, and must read the files; the Secret is the app's own material.
+fn tls_volume(profile: &Profile) -> Option<Volume> {
+    profile.tls.as_ref().map(|t| Volume {
+        name: VOLUME_TLS.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(t.secret_name.clone()),
+            default_mode: Some(0o444),
+            items: Some(
+                t.keys()
+                    .iter()
+                    .map(|k| KeyToPath {
+                        key: (*k).into(),
+                        path: (*k).into(),
+                        mode: None,
+                    })
+                    .collect(),
+            ),
+            optional: None,
         }),
         ..Default::default()
     })
@@ -453,6 +536,18 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
         Some(prev) => prev.env.contains(&profile.env_names.socket),
         None => socket.is_some(),
     };
+    let with_tls = match previous {
+        Some(prev) => profile
+            .tls_env_names()
+            .is_some_and(|t| prev.env.contains(&t.flag)),
+        None => tls_applies(profile, plan.mode),
+    };
+    let wiring = Wiring {
+        mode: plan.mode,
+        socket: with_socket,
+        tls: with_tls && profile.tls.is_some(),
+        family: config.node_address_family,
+    };
 
     let mut new_volumes = Vec::new();
     let mut volume_count = None;
@@ -472,10 +567,13 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
         if let Some(m) = mtls_volume(profile) {
             ensure_volume(&existing, v, m, "the mTLS client certificate")?;
         }
+        if let Some(t) = tls_volume(profile).filter(|_| wiring.tls) {
+            ensure_volume(&existing, v, t, "the PDP's TLS certificates")?;
+        }
     }
     let added_volumes: Vec<String> = new_volumes.iter().map(|v| v.name.clone()).collect();
 
-    let ours = app_env(profile, plan.mode, with_socket);
+    let ours = app_env(profile, wiring);
     let dependent = (plan.mode == Mode::Daemonset).then_some((
         profile.env_names.address.as_str(),
         profile.env_names.host.as_str(),
@@ -538,6 +636,15 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
             let mount = VolumeMount {
                 name: VOLUME_MTLS.into(),
                 mount_path: m.mount_path.clone(),
+                read_only: Some(true),
+                ..Default::default()
+            };
+            ensure_mount(name, existing, &mut added, mount)?;
+        }
+        if let Some(t) = profile.tls.as_ref().filter(|_| wiring.tls) {
+            let mount = VolumeMount {
+                name: VOLUME_TLS.into(),
+                mount_path: t.mount_path.clone(),
                 read_only: Some(true),
                 ..Default::default()
             };
@@ -681,5 +788,90 @@ mod tests {
         let odd = raw(r#""CERBOS_PDP_ADDR""#);
         assert!(relevant_env(Some(&odd), &names, what).is_err());
         assert!(relevant_env(None, &names, what).unwrap().is_none());
+    }
+
+    fn names_and_values(env: &[EnvVar]) -> Vec<(String, String)> {
+        env.iter()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn tls_variables_only_on_the_tcp_path() {
+        let config = Config::from_yaml(
+            "profiles:\n  cerbos:\n    central: {address: \"cerbos.cerbos.svc:3593\"}\n    tls:\n      secretName: s\n      serverName: pdp.example\n",
+        )
+        .unwrap();
+        let p = &config.profiles["cerbos"];
+        assert!(!tls_applies(p, Mode::Sidecar));
+        let sidecar = app_env(p, Wiring::of(p, Mode::Sidecar, true));
+        assert!(
+            sidecar
+                .iter()
+                .all(|e| !e.name.starts_with("CERBOS_PDP_TLS"))
+        );
+        // Even a wiring that asks for TLS gets none in sidecar mode.
+        let forced = Wiring {
+            tls: true,
+            ..Wiring::of(p, Mode::Sidecar, false)
+        };
+        assert_eq!(
+            app_env(p, forced),
+            app_env(p, Wiring::of(p, Mode::Sidecar, false))
+        );
+        for mode in [Mode::Daemonset, Mode::Central] {
+            let env = names_and_values(&app_env(p, Wiring::of(p, mode, false)));
+            let tail: Vec<(&str, &str)> = env[env.len() - 3..]
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str()))
+                .collect();
+            assert_eq!(
+                tail,
+                [
+                    ("CERBOS_PDP_TLS", "true"),
+                    ("CERBOS_PDP_TLS_CA", "/var/run/pdp-injector/tls/ca.crt"),
+                    ("CERBOS_PDP_TLS_SERVER_NAME", "pdp.example"),
+                ],
+                "{mode}"
+            );
+        }
+        // A re-wiring of a Pod first wired without TLS stays without it.
+        let without = Wiring {
+            tls: false,
+            ..Wiring::of(p, Mode::Daemonset, false)
+        };
+        assert!(
+            app_env(p, without)
+                .iter()
+                .all(|e| !e.name.starts_with("CERBOS_PDP_TLS"))
+        );
+    }
+
+    #[test]
+    fn ipv6_nodes_get_a_bracketed_daemonset_address() {
+        let config = Config::builtin();
+        let p = &config.profiles["cerbos"];
+        let v6 = Wiring {
+            family: NodeAddressFamily::IPv6,
+            ..Wiring::of(p, Mode::Daemonset, false)
+        };
+        let addr = |w: Wiring| {
+            app_env(p, w)
+                .into_iter()
+                .find(|e| e.name == "CERBOS_PDP_ADDR")
+                .and_then(|e| e.value)
+                .unwrap()
+        };
+        assert_eq!(addr(v6), "[$(CERBOS_PDP_HOST)]:3593");
+        assert_eq!(
+            addr(Wiring::of(p, Mode::Daemonset, false)),
+            "$(CERBOS_PDP_HOST):3593"
+        );
+        // 127.0.0.1 is on every Pod's loopback, IPv6-only clusters included.
+        let sidecar = Wiring {
+            family: NodeAddressFamily::IPv6,
+            ..Wiring::of(p, Mode::Sidecar, false)
+        };
+        assert_eq!(addr(sidecar), "127.0.0.1:3593");
     }
 }

@@ -64,6 +64,10 @@ fn names_ports_and_paths_in_the_docs_are_the_rendered_ones() {
                 .chain(p.env_names.port.as_ref())
                 .cloned(),
         );
+        // The TLS variables, rendered once a profile sets `tls`.
+        if let Some(t) = p.tls_env_names() {
+            env_names.extend([t.flag, t.ca, t.server_name, t.cert, t.key]);
+        }
         // The sidecar's own environment (CERBOS_NO_TELEMETRY) is rendered too.
         env_names.extend(p.env.iter().map(|e| e.name.clone()));
         sockets.insert(p.socket.path());

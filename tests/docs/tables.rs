@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use k8s_openapi::api::core::v1::Pod;
 use pdp_injector::config::{Config, Mode};
-use pdp_injector::core::render::app_env;
+use pdp_injector::core::render::{Wiring, app_env};
 use pdp_injector::core::{NamespaceInfo, Outcome, inject};
 use serde_json::json;
 
@@ -101,11 +101,14 @@ pub fn env_tables() -> String {
             address: address.clone(),
         });
         let columns = [
-            app_env(profile, Mode::Sidecar, false),
-            app_env(profile, Mode::Sidecar, true),
-            app_env(profile, Mode::Daemonset, true),
-            app_env(profile, Mode::Daemonset, false),
-            app_env(&with_central, Mode::Central, false),
+            app_env(profile, Wiring::of(profile, Mode::Sidecar, false)),
+            app_env(profile, Wiring::of(profile, Mode::Sidecar, true)),
+            app_env(profile, Wiring::of(profile, Mode::Daemonset, true)),
+            app_env(profile, Wiring::of(profile, Mode::Daemonset, false)),
+            app_env(
+                &with_central,
+                Wiring::of(&with_central, Mode::Central, false),
+            ),
         ];
         writeln!(s, "Profile `{name}`:\n").unwrap();
         writeln!(s, "| variable | sidecar | sidecar, `sidecar.unixSocket: true` | daemonset | daemonset, namespace not `privileged` | central, `central.address: {address}` |").unwrap();
