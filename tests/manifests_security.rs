@@ -679,9 +679,10 @@ fn network_policy_component_admits_only_what_must_reach_the_webhook_and_the_pdp(
             .any(|d| d["kind"] == "NetworkPolicy")
     );
     let docs = rendered("network-policy");
+    // The webhook's, the front's, and the PDP's (no ingress at all).
     assert_eq!(
         docs.iter().filter(|d| d["kind"] == "NetworkPolicy").count(),
-        2
+        3
     );
 
     let webhook = find(&docs, "NetworkPolicy", "pdp-injector").unwrap();

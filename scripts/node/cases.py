@@ -586,6 +586,123 @@ def create_loop(ns, stop, prefix, annotations=None, interval=0.3, limit=600):
     return created, failures, not_injected
 
 
+TLS_OVERLAY = Path(__file__).resolve().parent / "overlays/tls"
+SERVER_NAME = "pdp-node-front.pdp-node.svc"
+
+
+def openssl(*args, cwd):
+    p = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        raise Fail(f"openssl {' '.join(args[:2])} failed: {one_line(p.stderr, 500)}")
+
+
+def make_pki(d):
+    """A CA, the front's certificate for SERVER_NAME (serial 1, then 2 for the rotation), an app's client
+    certificate, and a client certificate of another CA: what cert-manager or any PKI would hand out."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for ca in ("ca", "rogue-ca"):
+        openssl("req", "-x509", *ec, "-keyout", f"{ca}.key", "-out", f"{ca}.crt", "-days", "2",
+                "-subj", f"/CN=node tier {ca}", cwd=d)
+    (Path(d) / "server.ext").write_text(f"subjectAltName=DNS:{SERVER_NAME}\nextendedKeyUsage=serverAuth\n")
+    (Path(d) / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    for name, ca, ext, serial in (("server1", "ca", "server.ext", "1"), ("server2", "ca", "server.ext", "2"),
+                                  ("client", "ca", "client.ext", "3"), ("rogue", "rogue-ca", "client.ext", "4")):
+        openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-set_serial",
+                serial, "-days", "1", "-extfile", ext, "-out", f"{name}.crt", cwd=d)
+
+
+def tls_secret(name, ns, files):
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns},
+            "data": {k: base64.b64encode(Path(v).read_bytes()).decode() for k, v in files.items()}}
+
+
+def front_handshake(addr, d, cert=None):
+    """A TLS client on the host, as an app would be: returns (the front's certificate serial, what the first
+    read after sending an HTTP/2 preface gave: 'answer', or the error)."""
+    import socket
+    import ssl
+    ctx = ssl.create_default_context(cafile=f"{d}/ca.crt")
+    ctx.set_alpn_protocols(["h2"])
+    if cert:
+        ctx.load_cert_chain(f"{d}/{cert}.crt", f"{d}/{cert}.key")
+    with socket.create_connection(addr, timeout=5) as raw:
+        with ctx.wrap_socket(raw, server_hostname=SERVER_NAME) as tls:
+            serial = tls.getpeercert()["serialNumber"]
+            try:
+                tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000"))
+                got = tls.recv(64)
+                return int(serial, 16), ("answer" if got else "closed")
+            except (ssl.SSLError, OSError) as e:
+                return int(serial, 16), f"refused: {e}"
+
+
+@case("tls-on-the-node-port-client-certificates-required-rotation-without-restart")
+def _():
+    import tempfile
+    d = tempfile.mkdtemp(prefix="pdp-node-pki-")
+    try:
+        make_pki(d)
+        ns = namespace("tls", DS_LABELS)
+        kubectl("create", "-f", "-", input=tls_secret("pdp-node-front-tls", "pdp-node", {
+            "tls.crt": f"{d}/server1.crt", "tls.key": f"{d}/server1.key", "ca.crt": f"{d}/ca.crt"}))
+        kubectl("create", "-f", "-", input=tls_secret("pdp-tls", ns, {
+            "ca.crt": f"{d}/ca.crt", "tls.crt": f"{d}/client.crt", "tls.key": f"{d}/client.key"}))
+        t = time.monotonic()
+        p = kubectl("apply", "-k", TLS_OVERLAY, check_rc=False, timeout=120)
+        check(p.returncode == 0, f"kubectl apply -k {TLS_OVERLAY} failed: {one_line(p.stderr, 800)}")
+        rollout("daemonset", "pdp-node-front", "pdp-node", 180)
+        figure(f"  front serving TLS with client certificates required {time.monotonic() - t:.1f}s after apply")
+        kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"],
+                                                             {"pdp-injector.io/profile": "cerbos-tls"}))
+        rollout("deployment", "app", ns, 120)
+        pod = pod_of(ns, "app")
+        env = env_of(pod["spec"]["containers"][0])
+        check(env.get("CERBOS_PDP_TLS") == "true" and env.get("CERBOS_PDP_TLS_SERVER_NAME") == SERVER_NAME
+              and env.get("CERBOS_PDP_TLS_CERT"), f"TLS variables as stored: {env}")
+        rc, out = exec_check(ns, pod["metadata"]["name"])
+        check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
+        check_client_output(out, ["tcp", "socket"])
+        check("tls://" in out, f"the TCP check did not use TLS: {one_line(out, 400)}")
+
+        addr = (pod["status"]["hostIP"], 3593)
+        serial, with_cert = front_handshake(addr, d, "client")
+        check(serial == 1 and with_cert == "answer", f"with a client certificate: serial {serial}, {with_cert}")
+        _, without = front_handshake(addr, d)
+        check(without != "answer", f"no client certificate, yet the front answered: {without}")
+        _, rogue = front_handshake(addr, d, "rogue")
+        check(rogue != "answer", f"a certificate of another CA, yet the front answered: {rogue}")
+        figure(f"  from the node: with the app's certificate: {with_cert}; without: {without[:90]}; "
+               f"another CA's: {rogue[:90]}")
+        import socket
+        with socket.create_connection(addr, timeout=5) as raw:
+            raw.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            try:
+                plain = raw.recv(64)
+            except OSError as e:
+                plain = str(e).encode()
+        check(not plain.startswith(b"\x00\x00"), f"plaintext HTTP/2 got an HTTP/2 answer: {plain!r}")
+
+        # Rotation: a new certificate in the Secret; the kubelet updates the files, the front re-reads them.
+        front_pods = pdp_pod_names("pdp-node-front")
+        t = time.monotonic()
+        kubectl("apply", "-f", "-", input=tls_secret("pdp-node-front-tls", "pdp-node", {
+            "tls.crt": f"{d}/server2.crt", "tls.key": f"{d}/server2.key", "ca.crt": f"{d}/ca.crt"}))
+        wait_for("the front to serve the renewed certificate", lambda: front_handshake(addr, d, "client")[0] == 2,
+                 180, interval=2)
+        figure(f"  renewed certificate served {time.monotonic() - t:.1f}s after the Secret changed "
+               "(the kubelet's Secret refresh, then the front's 10 s re-read), no restart")
+        check(pdp_pod_names("pdp-node-front") == front_pods, "the front Pod was replaced during the rotation")
+        rc, out = exec_check(ns, pod["metadata"]["name"])
+        check(rc == 0, f"checks after the rotation failed (exit {rc}): {one_line(out, 800)}")
+    finally:
+        # Back to the plaintext install for the cases after this one.
+        kubectl("apply", "-k", OVERLAY, check_rc=False, timeout=120)
+        rollout("daemonset", "pdp-node-front", "pdp-node", 180)
+        kubectl("-n", "pdp-node", "delete", "secret", "pdp-node-front-tls", "--ignore-not-found", check_rc=False)
+        subprocess.run(["rm", "-rf", d])
+
+
 @case("webhook-restart-no-creation-fails")
 def _():
     ns = namespace("restart", {"pdp-injector.io/injection": "enabled"})
