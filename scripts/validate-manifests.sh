@@ -61,10 +61,10 @@ fi
 
 bin="${PDP_INJECTOR_BIN:-}"
 if [[ -z "$bin" ]]; then
+  # The newer of the two builds: a release binary left from an earlier checkout must not judge this one's config.
   for candidate in target/release/pdp-injector target/debug/pdp-injector; do
-    if [[ -x "$candidate" ]]; then
+    if [[ -x "$candidate" ]] && { [[ -z "$bin" ]] || [[ "$candidate" -nt "$bin" ]]; }; then
       bin="$candidate"
-      break
     fi
   done
 fi
@@ -512,7 +512,9 @@ def cel_guard(outdir):
     if not policies:
         print("no ValidatingAdmissionPolicy in this overlay")
         return 0
-    if not mwc:
+    pod_policies = [d for d in policies if d["metadata"]["name"] in POD_POLICIES]
+    policies = [d for d in policies if d["metadata"]["name"] not in POD_POLICIES]
+    if policies and not mwc:
         print("  error: a ValidatingAdmissionPolicy but no MutatingWebhookConfiguration pdp-injector", file=sys.stderr)
         return 1
     from cel_expr_python import cel
@@ -536,7 +538,48 @@ def cel_guard(outdir):
                 return True
         return False
 
-    old = defaulted(mwc[0])
+    def run(spec, conds, variables, checks, data):
+        denied = []
+        try:
+            if all(expr.eval(data=data).plain_value() is True for _, expr in conds):
+                for vname, expr in variables:
+                    data["variables"][vname] = expr.eval(data=data).plain_value()
+                for message, expr in checks:
+                    result = expr.eval(data=data).plain_value()
+                    if result is not True:
+                        denied.append(message if result is False else f"evaluation error: {result}")
+        except Exception as e:  # failurePolicy Fail: an error denies
+            denied.append(f"evaluation error: {e}")
+        return denied
+
+    pod_total = 0
+    for policy in pod_policies:
+        spec = policy["spec"]
+        pname = policy["metadata"]["name"]
+        if spec.get("failurePolicy", "Fail") != "Fail":
+            errors.append(f"{pname}: failurePolicy is not Fail")
+        conds = [(c["name"], compiled(c["expression"], f"{pname} matchCondition {c['name']}")) for c in spec.get("matchConditions") or []]
+        variables = [(v["name"], compiled(v["expression"], f"{pname} variable {v['name']}")) for v in spec.get("variables") or []]
+        checks = [(c.get("message", c["expression"]), compiled(c["expression"], f"{pname} validation {n}"))
+                  for n, c in enumerate(spec.get("validations") or [])]
+        if errors:
+            break
+        if not matches(spec, "CREATE", "", "v1", "pods", ""):
+            errors.append(f"{pname}: does not match CREATE of Pods")
+            continue
+        for case, ns, pod, want in POD_POLICIES[pname]():
+            pod_total += 1
+            data = {"object": pod, "oldObject": None, "params": None, "namespaceObject": None, "authorizer": None,
+                    "request": {"operation": "CREATE", "namespace": ns, "name": pod["metadata"]["name"],
+                                "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+                                "kind": {"group": "", "version": "v1", "kind": "Pod"}},
+                    "variables": {}}
+            denied = run(spec, conds, variables, checks, data)
+            if (not denied) != want:
+                errors.append(f"{pname}: {case}: {'denied' if denied else 'allowed'}, expected "
+                              f"{'allowed' if want else 'denied'}{(': ' + '; '.join(denied)[:200]) if denied else ''}")
+
+    old = defaulted(mwc[0]) if mwc else None
     total = 0
     for policy in policies:
         spec = policy["spec"]
@@ -577,8 +620,40 @@ def cel_guard(outdir):
     for e in errors:
         print(f"  error: {e}", file=sys.stderr)
     if not errors:
-        print(f"{len(policies)} ValidatingAdmissionPolicy evaluated on {total} updates of pdp-injector, each allowed or denied as expected")
+        said = []
+        if policies:
+            said.append(f"{len(policies)} ValidatingAdmissionPolicy evaluated on {total} updates of pdp-injector")
+        if pod_policies:
+            said.append(f"{len(pod_policies)} on {pod_total} Pod creations")
+        print(", ".join(said) + ", each allowed or denied as expected")
     return 1 if errors else 0
+
+
+def port_guard_cases():
+    """(case, namespace, Pod, allowed?) for pdp-node-port-guard."""
+    def pod(name, containers, init=None, host_network=False):
+        spec = {"containers": containers}
+        if init:
+            spec["initContainers"] = init
+        if host_network:
+            spec["hostNetwork"] = True
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    c = lambda ports=None: {"name": "c", "image": "x", **({"ports": ports} if ports is not None else {})}  # noqa: E731
+    return [
+        ("an app Pod without ports", "shop", pod("a", [c()]), True),
+        ("containerPort 3593 without hostPort", "shop", pod("b", [c([{"containerPort": 3593}])]), True),
+        ("hostPort 8080", "shop", pod("c", [c([{"containerPort": 8080, "hostPort": 8080}])]), True),
+        ("hostPort 3593 in an app namespace", "shop", pod("d", [c([{"containerPort": 3593, "hostPort": 3593}])]), False),
+        ("hostPort 3593 on a second container", "shop",
+         pod("e", [c(), c([{"containerPort": 9000, "hostPort": 3593}])]), False),
+        ("hostPort 3593 on an init container", "shop", pod("f", [c()], init=[c([{"containerPort": 1, "hostPort": 3593}])]), False),
+        ("hostNetwork with containerPort 3593", "shop", pod("g", [c([{"containerPort": 3593}])], host_network=True), False),
+        ("hostNetwork with another port", "shop", pod("h", [c([{"containerPort": 9090}])], host_network=True), True),
+        ("the front in pdp-node", "pdp-node", pod("front", [c([{"containerPort": 3593, "hostPort": 3593}])]), True),
+    ]
+
+
+POD_POLICIES = {"pdp-node-port-guard": port_guard_cases}
 
 
 if __name__ == "__main__":
