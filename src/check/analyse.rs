@@ -28,6 +28,8 @@ pub const ENTRIES: [(&str, &str); 2] = [
 
 /// Labels that mark the node-local PDP DaemonSets of manifests/components/pdp-daemonset.
 pub const PDP_COMPONENT_LABEL: (&str, &str) = ("app.kubernetes.io/component", "pdp");
+/// The label of the node-local front's DaemonSet (components/pdp-daemonset, pdp-node-front).
+pub const FRONT_COMPONENT_LABEL: (&str, &str) = ("app.kubernetes.io/component", "pdp-front");
 
 /// Where the installed pieces are (flags of `check`, defaults from manifests/).
 #[derive(Debug, Clone)]
@@ -980,101 +982,189 @@ fn nodes_section(
             );
             continue;
         };
+        let covered = node_coverage(
+            section, nodes, &wired_on, profile, ds, pdp_pods, revisions, &PDP_ROLE,
+        );
         let (ds_ns, ds_name) = (
             ds.metadata.namespace.clone().unwrap_or_default(),
             ds.metadata.name.clone().unwrap_or_default(),
         );
-        let subject_ds = format!("DaemonSet {ds_ns}/{ds_name}");
-        let current = current_revision(ds, revisions);
-        let node_selector = ds
-            .spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref())
-            .and_then(|s| s.node_selector.clone())
-            .unwrap_or_default();
-        let mine: Vec<&Pod> = pdp_pods
-            .iter()
-            .filter(|p| {
-                p.metadata.namespace.as_deref() == Some(ds_ns.as_str())
-                    && controlled_by(&p.metadata, "DaemonSet", &ds_name)
-                    && !is_done(p)
-            })
-            .collect();
-        let (mut covered, mut outdated) = (0, 0);
-        for node in nodes {
-            let node_name = node.metadata.name.clone().unwrap_or_default();
-            let node_labels = node.metadata.labels.clone().unwrap_or_default();
-            let wired = wired_on.get(&(profile.clone(), node_name.clone()));
-            let targeted = node_selector
-                .iter()
-                .all(|(k, v)| node_labels.get(k) == Some(v));
-            if !targeted && wired.is_none() {
-                continue;
-            }
-            let here: Vec<&&Pod> = mine
-                .iter()
-                .filter(|p| {
-                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name.as_str())
-                })
-                .collect();
-            let ready = here.iter().find(|p| is_ready(p));
-            let subject = format!("node {node_name}");
-            let Some(ready) = ready else {
-                let not_ready = here
-                    .iter()
-                    .map(|p| p.metadata.name.clone().unwrap_or_default())
-                    .collect::<Vec<_>>();
-                let mut message = if not_ready.is_empty() {
-                    format!("no {ds_name} Pod")
-                } else {
-                    format!("{ds_name} Pod {} not ready", not_ready.join(", "))
-                };
-                if let Some(w) = wired {
-                    message.push_str(&format!(
-                        ": {} wired to it here have no PDP",
-                        plural(w.len(), "Pod")
-                    ));
-                } else {
-                    message.push_str(": a daemonset-wired Pod scheduled here would have no PDP");
-                }
-                let mut f = Finding::new(Severity::Error, "node_without_pdp", subject, message).fix(format!(
-                    "kubectl -n {ds_ns} describe daemonset {ds_name}; kubectl -n {ds_ns} get pods -o wide --field-selector spec.nodeName={node_name}"
-                ));
-                f.pods = wired.cloned().unwrap_or_default();
-                section.push(f);
-                continue;
-            };
-            covered += 1;
-            let running = ready
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("controller-revision-hash"));
-            if let (Some(cur), Some(run)) = (&current, running)
-                && cur != run
-            {
-                outdated += 1;
-                section.push(
-                    Finding::new(
-                        Severity::Warning,
-                        "pdp_outdated",
-                        subject,
-                        format!("{} runs revision {run}, the DaemonSet's current revision is {cur}", ready.metadata.name.as_deref().unwrap_or("")),
-                    )
-                    .fix(format!("kubectl -n {ds_ns} rollout status daemonset/{ds_name} (a rollout is under way or stuck)")),
-                );
-            }
-        }
         section.push(Finding::new(
             Severity::Ok,
             "pdp_daemonset",
-            subject_ds,
+            format!("DaemonSet {ds_ns}/{ds_name}"),
             format!(
-                "profile {profile}: ready PDP on {}, {outdated} not at the current revision",
-                plural(covered, "node")
+                "profile {profile}: ready PDP on {}, {} not at the current revision",
+                plural(covered.0, "node"),
+                covered.1
             ),
         ));
+        // The node-local front of the same namespace (components/pdp-daemonset): it owns the node's port and
+        // socket, so a node without it leaves its apps without a PDP as surely as a node without the PDP.
+        if let Some(front) = daemonsets.iter().find(|d| {
+            d.metadata.namespace.as_deref() == Some(ds_ns.as_str())
+                && d.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(FRONT_COMPONENT_LABEL.0))
+                    .map(String::as_str)
+                    == Some(FRONT_COMPONENT_LABEL.1)
+        }) {
+            let covered = node_coverage(
+                section,
+                nodes,
+                &wired_on,
+                profile,
+                front,
+                pdp_pods,
+                revisions,
+                &FRONT_ROLE,
+            );
+            section.push(Finding::new(
+                Severity::Ok,
+                "pdp_front",
+                format!(
+                    "DaemonSet {ds_ns}/{}",
+                    front.metadata.name.as_deref().unwrap_or_default()
+                ),
+                format!(
+                    "profile {profile}: ready front on {}, {} not at the current revision",
+                    plural(covered.0, "node"),
+                    covered.1
+                ),
+            ));
+        }
     }
+}
+
+/// What a per-node DaemonSet is to the apps wired to it, in findings.
+struct NodeRole {
+    /// Finding code for a node without a ready Pod of it.
+    missing: &'static str,
+    /// Finding code for a Pod of it at an older revision.
+    outdated: &'static str,
+    /// What the wired Pods lack without it.
+    lack: &'static str,
+    /// The same, for a Pod that would be scheduled there.
+    would: &'static str,
+}
+
+const PDP_ROLE: NodeRole = NodeRole {
+    missing: "node_without_pdp",
+    outdated: "pdp_outdated",
+    lack: "have no PDP",
+    would: "would have no PDP",
+};
+
+const FRONT_ROLE: NodeRole = NodeRole {
+    missing: "node_without_front",
+    outdated: "front_outdated",
+    lack: "cannot reach their PDP (the node's port 3593 and socket are the front's)",
+    would: "could not reach its PDP (the node's port 3593 and socket are the front's)",
+};
+
+/// Checks that every node a DaemonSet targets, or where Pods are wired to it, runs a ready Pod of it at the
+/// current revision; returns (nodes covered, nodes at an older revision).
+#[allow(clippy::too_many_arguments)]
+fn node_coverage(
+    section: &mut Section,
+    nodes: &[Node],
+    wired_on: &BTreeMap<(String, String), Vec<String>>,
+    profile: &str,
+    ds: &DaemonSet,
+    pdp_pods: &[Pod],
+    revisions: &[ControllerRevision],
+    role: &NodeRole,
+) -> (usize, usize) {
+    let (ds_ns, ds_name) = (
+        ds.metadata.namespace.clone().unwrap_or_default(),
+        ds.metadata.name.clone().unwrap_or_default(),
+    );
+    let current = current_revision(ds, revisions);
+    let node_selector = ds
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.node_selector.clone())
+        .unwrap_or_default();
+    let mine: Vec<&Pod> = pdp_pods
+        .iter()
+        .filter(|p| {
+            p.metadata.namespace.as_deref() == Some(ds_ns.as_str())
+                && controlled_by(&p.metadata, "DaemonSet", &ds_name)
+                && !is_done(p)
+        })
+        .collect();
+    let (mut covered, mut outdated) = (0, 0);
+    for node in nodes {
+        let node_name = node.metadata.name.clone().unwrap_or_default();
+        let node_labels = node.metadata.labels.clone().unwrap_or_default();
+        let wired = wired_on.get(&(profile.to_string(), node_name.clone()));
+        let targeted = node_selector
+            .iter()
+            .all(|(k, v)| node_labels.get(k) == Some(v));
+        if !targeted && wired.is_none() {
+            continue;
+        }
+        let here: Vec<&&Pod> = mine
+            .iter()
+            .filter(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name.as_str())
+            })
+            .collect();
+        let ready = here.iter().find(|p| is_ready(p));
+        let subject = format!("node {node_name}");
+        let Some(ready) = ready else {
+            let not_ready = here
+                .iter()
+                .map(|p| p.metadata.name.clone().unwrap_or_default())
+                .collect::<Vec<_>>();
+            let mut message = if not_ready.is_empty() {
+                format!("no {ds_name} Pod")
+            } else {
+                format!("{ds_name} Pod {} not ready", not_ready.join(", "))
+            };
+            if let Some(w) = wired {
+                message.push_str(&format!(
+                    ": {} wired to it here {}",
+                    plural(w.len(), "Pod"),
+                    role.lack
+                ));
+            } else {
+                message.push_str(&format!(
+                    ": a daemonset-wired Pod scheduled here {}",
+                    role.would
+                ));
+            }
+            let mut f = Finding::new(Severity::Error, role.missing, subject, message).fix(format!(
+                "kubectl -n {ds_ns} describe daemonset {ds_name}; kubectl -n {ds_ns} get pods -o wide --field-selector spec.nodeName={node_name}"
+            ));
+            f.pods = wired.cloned().unwrap_or_default();
+            section.push(f);
+            continue;
+        };
+        covered += 1;
+        let running = ready
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("controller-revision-hash"));
+        if let (Some(cur), Some(run)) = (&current, running)
+            && cur != run
+        {
+            outdated += 1;
+            section.push(
+                Finding::new(
+                    Severity::Warning,
+                    role.outdated,
+                    subject,
+                    format!("{} runs revision {run}, the DaemonSet's current revision is {cur}", ready.metadata.name.as_deref().unwrap_or("")),
+                )
+                .fix(format!("kubectl -n {ds_ns} rollout status daemonset/{ds_name} (a rollout is under way or stuck)")),
+            );
+        }
+    }
+    (covered, outdated)
 }
 
 /// The report for what was read.
@@ -1403,6 +1493,45 @@ mod tests {
         let r = analyse(&v);
         assert_eq!(r.sections[1].summary, "no profile in daemonset mode");
         assert!(r.ok, "{}", r.to_text(false));
+    }
+
+    #[test]
+    fn a_node_without_its_front_is_a_node_without_its_pdp() {
+        let front_pod = |node: &str| {
+            ready_pod(json!({"metadata": {"name": format!("pdp-node-front-{node}"), "namespace": "pdp-node",
+                "labels": {"controller-revision-hash": "f1"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "pdp-node-front", "uid": "f", "controller": true}]},
+                "spec": {"nodeName": node, "containers": [{"name": "front"}]}}))
+        };
+        let mut v = in_order();
+        v.daemonsets.as_mut().unwrap().push(from(
+            json!({"metadata": {"name": "pdp-node-front", "namespace": "pdp-node",
+            "labels": {"app.kubernetes.io/component": "pdp-front"}},
+            "spec": {"selector": {}, "template": {"spec": {"containers": []}}}}),
+        ));
+        // Every node has both: in order, and the front is reported beside the PDP.
+        v.pdp_pods
+            .as_mut()
+            .unwrap()
+            .extend([front_pod("n1"), front_pod("n2")]);
+        let r = analyse(&v);
+        assert!(r.ok, "{}", r.to_text(false));
+        assert!(find(&r, "pdp_front").message.contains("ready front on 2 nodes"));
+        // n2 lost its front: its wired Pod cannot reach the PDP, though the PDP runs there.
+        v.pdp_pods.as_mut().unwrap().pop();
+        let r = analyse(&v);
+        assert!(!r.ok);
+        let f = find(&r, "node_without_front");
+        assert_eq!(f.severity, Severity::Error);
+        assert_eq!(f.subject, "node n2");
+        assert_eq!(f.pods, vec!["shop/web-1-b".to_string()]);
+        assert!(f.message.contains("no pdp-node-front Pod"), "{}", f.message);
+        assert!(
+            !r.sections[1]
+                .findings
+                .iter()
+                .any(|f| f.code == "node_without_pdp")
+        );
     }
 
     #[test]

@@ -18,7 +18,8 @@ use rustls_pki_types::ServerName;
 use serde::de::DeserializeOwned;
 
 use super::analyse::{
-    ClusterView, ConfigSource, LiveProbe, Names, PDP_COMPONENT_LABEL, Read, endpoint,
+    ClusterView, ConfigSource, FRONT_COMPONENT_LABEL, LiveProbe, Names, PDP_COMPONENT_LABEL, Read,
+    endpoint,
 };
 use super::certs;
 use super::workloads::Owners;
@@ -143,7 +144,11 @@ pub async fn gather(client: &kube::Client, options: Options) -> ClusterView {
         jobs.iter().for_each(|j| owners.record("Job", &j.metadata));
     }
     let nodes = list(Api::<Node>::all(client.clone()), ListParams::default()).await;
-    let selector = format!("{}={}", PDP_COMPONENT_LABEL.0, PDP_COMPONENT_LABEL.1);
+    // The PDP DaemonSets and the node-local fronts beside them.
+    let selector = format!(
+        "{} in ({},{})",
+        PDP_COMPONENT_LABEL.0, PDP_COMPONENT_LABEL.1, FRONT_COMPONENT_LABEL.1
+    );
     let mut daemonsets = list(
         Api::<DaemonSet>::all(client.clone()),
         ListParams::default().labels(&selector),

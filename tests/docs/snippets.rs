@@ -238,7 +238,10 @@ fn app_snippets_work_where_the_docs_say_against_cerbos() {
     let instances = tmp.path().join("instances");
     fs::create_dir_all(&instances).unwrap();
     let config = read("manifests/components/pdp-daemonset/cerbos-config.yaml")
-        .replace("/var/run/cerbos-instances", &instances.display().to_string())
+        .replace(
+            "/var/run/cerbos-instances",
+            &instances.display().to_string(),
+        )
         .replace(
             "directory: /policies",
             &format!("directory: {}", policies.display()),
@@ -277,7 +280,10 @@ fn app_snippets_work_where_the_docs_say_against_cerbos() {
                 socket.exists() && TcpStream::connect(("127.0.0.1", 3593)).is_ok()
             });
             for mode in [1, 2] {
-                failures.extend(run(mode, &app_environment(MODES[mode].1, &socket, &tls_app)));
+                failures.extend(run(
+                    mode,
+                    &app_environment(MODES[mode].1, &socket, &tls_app),
+                ));
             }
         }
         wait_for("the plaintext front gone", Duration::from_secs(30), || {
