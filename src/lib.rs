@@ -3,6 +3,7 @@
 //!
 //! Layers, each using only those above it (docs/architecture.md):
 //! - [`names`]: the names of the contract (annotations, labels, volumes);
+//! - [`duration`]: the duration syntax of the flags and of `?timeout=`;
 //! - [`config`]: the admin's configuration, its built-ins and validation;
 //! - [`core`]: decide, render, patch; pure and synchronous ([`core::inject`]);
 //! - [`admission`]: AdmissionReview bytes in, bytes out, around the core;
@@ -18,6 +19,7 @@ pub mod check;
 pub mod cluster;
 pub mod config;
 pub mod core;
+pub mod duration;
 pub mod names;
 pub mod node;
 pub mod offline;

@@ -450,7 +450,7 @@ struct CheckArgs {
     #[arg(long = "pdp-daemonset", value_parser = pdp_daemonset)]
     pdp_daemonsets: Vec<(String, String, String)>,
     /// Bound on connecting to the webhook's live endpoint.
-    #[arg(long, default_value = "3s", value_parser = server::duration_flag)]
+    #[arg(long, default_value = "3s", value_parser = pdp_injector::duration::duration_flag)]
     probe_timeout: Duration,
 }
 

@@ -1498,10 +1498,12 @@ mod tests {
     #[test]
     fn a_node_without_its_front_is_a_node_without_its_pdp() {
         let front_pod = |node: &str| {
-            ready_pod(json!({"metadata": {"name": format!("pdp-node-front-{node}"), "namespace": "pdp-node",
+            ready_pod(
+                json!({"metadata": {"name": format!("pdp-node-front-{node}"), "namespace": "pdp-node",
                 "labels": {"controller-revision-hash": "f1"},
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "pdp-node-front", "uid": "f", "controller": true}]},
-                "spec": {"nodeName": node, "containers": [{"name": "front"}]}}))
+                "spec": {"nodeName": node, "containers": [{"name": "front"}]}}),
+            )
         };
         let mut v = in_order();
         v.daemonsets.as_mut().unwrap().push(from(
@@ -1516,7 +1518,11 @@ mod tests {
             .extend([front_pod("n1"), front_pod("n2")]);
         let r = analyse(&v);
         assert!(r.ok, "{}", r.to_text(false));
-        assert!(find(&r, "pdp_front").message.contains("ready front on 2 nodes"));
+        assert!(
+            find(&r, "pdp_front")
+                .message
+                .contains("ready front on 2 nodes")
+        );
         // n2 lost its front: its wired Pod cannot reach the PDP, though the PDP runs there.
         v.pdp_pods.as_mut().unwrap().pop();
         let r = analyse(&v);

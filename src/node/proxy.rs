@@ -44,14 +44,9 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
+use crate::duration::duration_flag;
 use crate::node::route::{self, Candidate};
 use crate::tls::{self, Reload, Reloader, TlsError, TlsFiles};
-use crate::webhook::server::parse_duration;
-
-fn duration_flag(text: &str) -> Result<Duration, String> {
-    parse_duration(text)
-        .ok_or_else(|| format!("invalid duration {text:?} (examples: 50ms, 30s, 2m)"))
-}
 
 /// The flags of `node-proxy`, with their defaults and environment variables (the binary flattens this).
 #[derive(Debug, Clone, clap::Args)]

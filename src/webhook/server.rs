@@ -22,6 +22,7 @@ use crate::admission;
 use crate::cluster::namespaces::NamespaceSource;
 use crate::config::{Config, ConfigError};
 use crate::core::{Denial, NamespaceInfo};
+use crate::duration::{duration_flag, parse_duration};
 use crate::tls::{self, TlsError, TlsFiles, TlsMaterial};
 use crate::webhook::limits::{self, ConnectionLimit, MemoryBounds};
 use crate::webhook::metrics::{ErrorKind, Metrics};
@@ -35,11 +36,6 @@ pub enum TlsSource {
     Fixed(TlsMaterial),
     /// Material that changes over time (self-managed certificates kept in a Secret).
     Watched(tokio::sync::watch::Receiver<TlsMaterial>),
-}
-
-/// Parses a duration flag (`500ms`, `10s`, `2m`) with a message that shows the forms.
-pub fn duration_flag(s: &str) -> Result<Duration, String> {
-    parse_duration(s).ok_or_else(|| format!("invalid duration {s:?} (examples: 500ms, 10s, 2m)"))
 }
 
 /// The flags of `serve` that tune the server, with their defaults and environment variables: the one place
@@ -536,26 +532,6 @@ fn json_error(status: StatusCode, message: &str) -> Response {
         .into_response()
 }
 
-/// Parses a Go-style duration as the apiserver writes it (`10s`, `500ms`, `1m`); a bare number is seconds.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().ok()?;
-    let secs = match unit {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "us" | "µs" => value / 1e6,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => return None,
-    };
-    // The value may come from a request's `?timeout=`: an absurd one is refused, never a panic.
-    Duration::try_from_secs_f64(secs).ok()
-}
-
 fn query_timeout(uri: &Uri) -> Option<Duration> {
     uri.query()?
         .split('&')
@@ -829,14 +805,6 @@ mod tests {
     use crate::webhook::limits::DEFAULT_MEMORY_BUDGET;
 
     #[test]
-    fn durations_parse_like_the_apiserver_writes_them() {
-        assert_eq!(parse_duration("10s"), Some(Duration::from_secs(10)));
-        assert_eq!(parse_duration("99999999999999999999h"), None);
-        assert_eq!(parse_duration("1e400"), None);
-        assert_eq!(parse_duration("NaN"), None);
-    }
-
-    #[test]
     fn flag_defaults_are_the_library_defaults() {
         let flags = ServeFlags::default();
         assert_eq!(flags.listen, "0.0.0.0:8443".parse().unwrap());
@@ -855,13 +823,6 @@ mod tests {
         );
         assert_eq!(options.header_timeout, flags.handshake_timeout);
         assert_eq!(options.flags.shutdown_grace, flags.shutdown_grace);
-        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
-        assert_eq!(parse_duration("3"), Some(Duration::from_secs(3)));
-        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("ten"), None);
-        assert_eq!(parse_duration("5d"), None);
-        assert_eq!(parse_duration(""), None);
     }
 
     #[test]
