@@ -197,6 +197,14 @@ pub struct Denial {
 }
 
 impl Denial {
+    /// The refusal of an object that is not a valid v1 Pod (`invalid_object`); `why` names the field.
+    pub fn invalid_object(why: impl std::fmt::Display) -> Denial {
+        Denial {
+            reason: Reason::InvalidObject,
+            message: format!("the object is not a valid v1 Pod: {why}"),
+        }
+    }
+
     /// The refusal of a Pod whose namespace the apiserver matched as opted in (the `Fail` entry) but that the
     /// webhook could not confirm: the Pod is not run without its PDP.
     pub fn namespace_unreadable(namespace: &str, why: &str) -> Denial {

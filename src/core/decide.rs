@@ -394,9 +394,6 @@ pub fn decide_pod(
     let json = crate::core::view::pod_json(pod);
     match PodView::parse(&json) {
         Ok(view) => decide(&view, ns, config),
-        Err(e) => Decision::Deny(Denial {
-            reason: Reason::InvalidObject,
-            message: format!("the object is not a valid v1 Pod: {e}"),
-        }),
+        Err(e) => Decision::Deny(Denial::invalid_object(e)),
     }
 }

@@ -81,10 +81,7 @@ impl Outcome {
 pub fn inject_json(pod: &str, ns: &NamespaceInfo, config: &Config) -> Outcome {
     match PodView::parse(pod) {
         Ok(view) => inject_view(&view, ns, config),
-        Err(e) => Outcome::Denied(Denial {
-            reason: Reason::InvalidObject,
-            message: format!("the object is not a valid v1 Pod: {e}"),
-        }),
+        Err(e) => Outcome::Denied(Denial::invalid_object(e)),
     }
 }
 
@@ -217,10 +214,7 @@ fn wire_more(
     if listed.len() < 2 {
         return Ok((first, warnings));
     }
-    let internal = |e: String| Denial {
-        reason: Reason::InvalidObject,
-        message: format!("the object is not a valid v1 Pod: {e}"),
-    };
+    let internal = Denial::invalid_object;
     let mut current = sections(input);
     json_patch::patch(&mut current, &first).map_err(|e| internal(e.to_string()))?;
     let mut ops = first.0;

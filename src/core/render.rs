@@ -327,10 +327,7 @@ fn collision(message: String) -> Denial {
 }
 
 fn invalid(message: String) -> Denial {
-    Denial {
-        reason: Reason::InvalidObject,
-        message: format!("the object is not a valid v1 Pod: {message}"),
-    }
+    Denial::invalid_object(message)
 }
 
 /// Adds `volume` unless an identical one is already there; a different volume of that name is a clash.
