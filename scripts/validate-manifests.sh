@@ -538,7 +538,21 @@ def cel_guard(outdir):
                 return True
         return False
 
-    def run(spec, conds, variables, checks, data):
+    def prepare(policy):
+        """The policy's compiled match conditions, variables and validations (None when one does not compile)."""
+        spec = policy["spec"]
+        pname = policy["metadata"]["name"]
+        if spec.get("failurePolicy", "Fail") != "Fail":
+            errors.append(f"{pname}: failurePolicy is not Fail")
+        conds = [(c["name"], compiled(c["expression"], f"{pname} matchCondition {c['name']}")) for c in spec.get("matchConditions") or []]
+        variables = [(v["name"], compiled(v["expression"], f"{pname} variable {v['name']}")) for v in spec.get("variables") or []]
+        checks = [(c.get("message", c["expression"]), compiled(c["expression"], f"{pname} validation {n}"))
+                  for n, c in enumerate(spec.get("validations") or [])]
+        return None if errors else (conds, variables, checks)
+
+    def run(compiled_policy, data):
+        """The denial messages of one request (none: allowed); an evaluation error denies (failurePolicy Fail)."""
+        conds, variables, checks = compiled_policy
         denied = []
         try:
             if all(expr.eval(data=data).plain_value() is True for _, expr in conds):
@@ -556,13 +570,8 @@ def cel_guard(outdir):
     for policy in pod_policies:
         spec = policy["spec"]
         pname = policy["metadata"]["name"]
-        if spec.get("failurePolicy", "Fail") != "Fail":
-            errors.append(f"{pname}: failurePolicy is not Fail")
-        conds = [(c["name"], compiled(c["expression"], f"{pname} matchCondition {c['name']}")) for c in spec.get("matchConditions") or []]
-        variables = [(v["name"], compiled(v["expression"], f"{pname} variable {v['name']}")) for v in spec.get("variables") or []]
-        checks = [(c.get("message", c["expression"]), compiled(c["expression"], f"{pname} validation {n}"))
-                  for n, c in enumerate(spec.get("validations") or [])]
-        if errors:
+        ready = prepare(policy)
+        if ready is None:
             break
         if not matches(spec, "CREATE", "", "v1", "pods", ""):
             errors.append(f"{pname}: does not match CREATE of Pods")
@@ -574,7 +583,7 @@ def cel_guard(outdir):
                                 "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
                                 "kind": {"group": "", "version": "v1", "kind": "Pod"}},
                     "variables": {}}
-            denied = run(spec, conds, variables, checks, data)
+            denied = run(ready, data)
             if (not denied) != want:
                 errors.append(f"{pname}: {case}: {'denied' if denied else 'allowed'}, expected "
                               f"{'allowed' if want else 'denied'}{(': ' + '; '.join(denied)[:200]) if denied else ''}")
@@ -584,13 +593,8 @@ def cel_guard(outdir):
     for policy in policies:
         spec = policy["spec"]
         pname = policy["metadata"]["name"]
-        if spec.get("failurePolicy", "Fail") != "Fail":
-            errors.append(f"{pname}: failurePolicy is not Fail")
-        conds = [(c["name"], compiled(c["expression"], f"{pname} matchCondition {c['name']}")) for c in spec.get("matchConditions") or []]
-        variables = [(v["name"], compiled(v["expression"], f"{pname} variable {v['name']}")) for v in spec.get("variables") or []]
-        checks = [(c.get("message", c["expression"]), compiled(c["expression"], f"{pname} validation {n}"))
-                  for n, c in enumerate(spec.get("validations") or [])]
-        if errors:
+        ready = prepare(policy)
+        if ready is None:
             break
         if not matches(spec, "UPDATE", "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "pdp-injector"):
             errors.append(f"{pname}: does not match UPDATE of the MutatingWebhookConfiguration pdp-injector")
@@ -601,18 +605,8 @@ def cel_guard(outdir):
                     "request": {"operation": op, "name": name, "userInfo": {"username": user, "groups": ["system:authenticated"]},
                                 "kind": {"group": "admissionregistration.k8s.io", "version": "v1", "kind": "MutatingWebhookConfiguration"}},
                     "variables": {}}
-            denied = []
-            try:
-                if matches(spec, op, "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", name) \
-                        and all(expr.eval(data=data).plain_value() is True for _, expr in conds):
-                    for vname, expr in variables:
-                        data["variables"][vname] = expr.eval(data=data).plain_value()
-                    for message, expr in checks:
-                        result = expr.eval(data=data).plain_value()
-                        if result is not True:
-                            denied.append(message if result is False else f"evaluation error: {result}")
-            except Exception as e:  # failurePolicy Fail: an error denies
-                denied.append(f"evaluation error: {e}")
+            matched = matches(spec, op, "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", name)
+            denied = run(ready, data) if matched else []
             if (not denied) != want:
                 why = "; ".join(denied)[:200]
                 errors.append(f"{pname}: {case} by {user}: {'denied' if denied else 'allowed'}, expected "
