@@ -28,6 +28,15 @@ done
 
 log() { printf '[node] %s\n' "$*" >&2; }
 t0=$(date +%s)
+
+# A full disk shows up much later as something else (the kubelet "cannot find" an image it just imported), so
+# say it first. The images, containerd's snapshots and the Pods' logs need a few GiB under /var.
+need_gib=${NODE_MIN_FREE_GIB:-4}
+free_gib=$(df --output=avail -BG /var 2>/dev/null | tail -1 | tr -dc '0-9')
+if [ -n "$free_gib" ] && [ "$free_gib" -lt "$need_gib" ]; then
+    log "only ${free_gib} GiB free under /var (need ${need_gib}; NODE_MIN_FREE_GIB): free some space first"
+    exit 1
+fi
 ours=1
 if [ -d "$STATE" ] && python3 "$HERE/cluster.py" status >/dev/null 2>&1; then
     log "a cluster is already up ($STATE): using it, leaving it up"
