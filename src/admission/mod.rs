@@ -258,6 +258,25 @@ pub fn review(
     Ok(respond(&head, &outcome))
 }
 
+/// The first stage of [`review`] alone: the one-pass decode of the envelope with the object as the core's
+/// [`PodView`]. For the benchmark tools (bench/), which time the stages one at a time.
+pub fn decode_stage(body: &[u8]) -> Result<(), ReviewError> {
+    decode::<PodView<'_>>(body).map(drop)
+}
+
+/// The last stage of [`review`] alone: the AdmissionReview answer for `outcome` (patch JSON, base64, envelope).
+/// For the benchmark tools.
+pub fn encode_stage(uid: &str, outcome: &Outcome) -> Vec<u8> {
+    let head = RequestHead {
+        uid,
+        namespace: String::new(),
+        name: None,
+        operation: Some("CREATE"),
+        dry_run: None,
+    };
+    respond(&head, outcome).0
+}
+
 /// Refuses the Pod CREATE in `body` with `denial`, whatever the core would decide: for what the webhook, not
 /// the Pod, cannot answer (the namespace of a `Fail`-entry request could not be read). Any other request is
 /// answered by [`review`] as usual, since refusing it would block more than the Pod in doubt.

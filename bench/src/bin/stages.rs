@@ -7,105 +7,37 @@
 //! cargo run --release -p pdp-injector-bench --bin stages -- --bench 22KiB      # a filter, as with cargo bench
 //! ```
 //! `review` is all of it, as in benches/core.rs. `scan` is the floor of any parse: skipping the whole body
-//! without building anything. The other stages are the steps of `review`: `envelope` (the AdmissionReview with
-//! the Pod as a raw slice), `view` (the core's `PodView` of the Pod), `decide`, `render` (the wiring as a patch,
-//! which parses the lists it extends), `encode` (patch JSON, base64, the response envelope); and `parse_pod`,
-//! the whole typed Pod, for comparison (no production path parses it).
+//! without building anything. The other stages are the steps of `review`: `decode` (its one pass: the
+//! AdmissionReview and the core's `PodView` of the Pod, `admission::decode_stage`), `view` (the `PodView` alone,
+//! from the Pod's slice), `decide`, `render` (the wiring as a patch, which parses the lists it extends), `encode`
+//! (patch JSON, base64, the response envelope: `admission::encode_stage`); and `parse_pod`, the whole typed Pod,
+//! for comparison (no production path parses it).
 
-use std::collections::BTreeMap;
-
-use base64::Engine;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
-use pdp_injector::admission::review;
+use pdp_injector::admission::{self, review};
 use pdp_injector::config::Config;
 use pdp_injector::core::render::render;
-use pdp_injector::core::{Decision, NamespaceInfo, PodView, decide};
-use serde::{Deserialize, Serialize};
+use pdp_injector::core::{Decision, NamespaceInfo, PodView, decide, inject_view};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use pdp_injector_bench::reviews::{Class, body};
 
-/// The envelope as `admission::review` decodes it (the same fields and borrowing).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
-struct ReviewIn<'a> {
-    #[serde(borrow, default)]
-    api_version: Option<&'a str>,
-    #[serde(borrow, default)]
-    kind: Option<&'a str>,
-    #[serde(borrow, default)]
-    request: Option<RequestIn<'a>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
-struct RequestIn<'a> {
-    #[serde(default)]
-    uid: String,
-    #[serde(borrow, default)]
-    kind: Option<Gvk<'a>>,
-    #[serde(borrow, default)]
-    resource: Option<Gvr<'a>>,
-    #[serde(borrow, default)]
-    sub_resource: Option<&'a str>,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(default)]
-    operation: Option<String>,
-    #[serde(default)]
-    dry_run: Option<bool>,
-    #[serde(borrow, default)]
-    object: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-#[allow(dead_code)]
-struct Gvk<'a> {
-    #[serde(borrow, default)]
-    group: &'a str,
-    #[serde(borrow, default)]
-    version: &'a str,
-    #[serde(borrow, default)]
-    kind: &'a str,
-}
-
-#[derive(Deserialize)]
-#[allow(dead_code)]
-struct Gvr<'a> {
-    #[serde(borrow, default)]
-    resource: &'a str,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ResponseOut<'a> {
-    uid: &'a str,
-    allowed: bool,
-    patch: Option<String>,
-    patch_type: Option<&'static str>,
-    audit_annotations: BTreeMap<&'static str, &'static str>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewOut<'a> {
-    api_version: &'static str,
-    kind: &'static str,
-    response: ResponseOut<'a>,
-}
-
+/// The Pod of a review as a slice of the body: the input of the `view` and `parse_pod` stages.
 fn raw_object(input: &[u8]) -> &str {
-    let envelope: ReviewIn<'_> = serde_json::from_slice(input).expect("a review");
-    envelope
-        .request
-        .and_then(|r| r.object)
-        .map(RawValue::get)
-        .expect("an object")
+    #[derive(Deserialize)]
+    struct Review<'a> {
+        #[serde(borrow)]
+        request: Request<'a>,
+    }
+    #[derive(Deserialize)]
+    struct Request<'a> {
+        #[serde(borrow)]
+        object: &'a RawValue,
+    }
+    let review: Review<'_> = serde_json::from_slice(input).expect("a review with an object");
+    review.request.object.get()
 }
 
 fn stages(c: &mut Criterion) {
@@ -121,10 +53,8 @@ fn stages(c: &mut Criterion) {
         for class in [Class::Inject, Class::OptedOut] {
             let input = body(size, class);
             let id = |stage: &str| BenchmarkId::new(format!("{class:?}/{stage}"), label);
-            group.bench_function(id("envelope"), |b| {
-                b.iter(|| {
-                    serde_json::from_slice::<ReviewIn<'_>>(std::hint::black_box(&input)).unwrap()
-                })
+            group.bench_function(id("decode"), |b| {
+                b.iter(|| admission::decode_stage(std::hint::black_box(&input)).unwrap())
             });
             let raw = raw_object(&input);
             group.bench_function(id("view"), |b| {
@@ -155,25 +85,13 @@ fn stages(c: &mut Criterion) {
             group.bench_function(id("render"), |b| {
                 b.iter(|| render(std::hint::black_box(&view), &plan, &config).unwrap())
             });
-            let patch = render(&view, &plan, &config).unwrap().patch;
+            let outcome = inject_view(&view, &ns, &config);
             group.bench_function(id("encode"), |b| {
                 b.iter(|| {
-                    let json = serde_json::to_vec(std::hint::black_box(&patch)).unwrap();
-                    let out = ReviewOut {
-                        api_version: "admission.k8s.io/v1",
-                        kind: "AdmissionReview",
-                        response: ResponseOut {
-                            uid: "705ab4f5-6393-11e8-b7cc-42010a800002",
-                            allowed: true,
-                            patch: Some(base64::engine::general_purpose::STANDARD.encode(json)),
-                            patch_type: Some("JSONPatch"),
-                            audit_annotations: BTreeMap::from([
-                                ("decision", "inject"),
-                                ("reason", "injected_daemonset"),
-                            ]),
-                        },
-                    };
-                    serde_json::to_vec(&out).unwrap()
+                    admission::encode_stage(
+                        "705ab4f5-6393-11e8-b7cc-42010a800002",
+                        std::hint::black_box(&outcome),
+                    )
                 })
             });
         }
