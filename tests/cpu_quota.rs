@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 #[allow(dead_code)]
 mod common {
     include!("common/process.rs");
+    include!("common/tls_client.rs");
 }
 use common::*;
 

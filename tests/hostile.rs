@@ -18,6 +18,7 @@ use tokio::net::TcpStream;
 #[allow(dead_code)]
 mod common {
     include!("common/process.rs");
+    include!("common/tls_client.rs");
 }
 use common::*;
 

@@ -14,6 +14,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::task::JoinHandle;
 
+include!("common/tls_client.rs");
+
 /// A directory removed at the end of the test.
 struct TempDir(PathBuf);
 
@@ -705,7 +707,7 @@ mod tls_support {
     use super::*;
     use pdp_injector::tls::certs::{self, Bundle};
     use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use rustls_pki_types::{CertificateDer, ServerName};
     use tokio_rustls::TlsConnector;
     use tokio_rustls::client::TlsStream;
 
@@ -766,29 +768,13 @@ mod tls_support {
         identity: Option<&(String, String)>,
         alpn: &[&[u8]],
     ) -> TlsConnector {
-        let mut roots = rustls::RootCertStore::empty();
-        for b in trusts {
-            for c in CertificateDer::pem_slice_iter(b.ca_cert_pem.as_bytes()) {
-                roots.add(c.unwrap()).unwrap();
-            }
-        }
-        let builder = rustls::ClientConfig::builder_with_provider(pdp_injector::tls::provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots);
-        let mut config = match identity {
-            None => builder.with_no_client_auth(),
-            Some((cert, key)) => builder
-                .with_client_auth_cert(
-                    CertificateDer::pem_slice_iter(cert.as_bytes())
-                        .map(|c| c.unwrap())
-                        .collect(),
-                    PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
-                )
-                .unwrap(),
-        };
-        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        TlsConnector::from(Arc::new(config))
+        let cas: Vec<&str> = trusts.iter().map(|b| b.ca_cert_pem.as_str()).collect();
+        TlsConnector::from(crate::tls_client_config(
+            &cas,
+            identity.map(|(c, k)| (c.as_str(), k.as_str())),
+            rustls::DEFAULT_VERSIONS,
+            alpn,
+        ))
     }
 
     /// A gRPC-like client of the front: trusts `server`, offers h2.

@@ -15,11 +15,12 @@ use pdp_injector::core::NamespaceInfo;
 use pdp_injector::tls::certs;
 use pdp_injector::tls::{TlsFiles, TlsMaterial};
 use pdp_injector::webhook::server::{self, Running, ServeOptions, TlsSource};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+include!("common/tls_client.rs");
 
 const FIXTURE: &str = include_str!("fixtures/admissionreview-v1-pod-create.json");
 
@@ -77,26 +78,7 @@ fn client_config(
     client: Option<(&str, &str)>,
     versions: &[&'static rustls::SupportedProtocolVersion],
 ) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(pdp_injector::tls::provider())
-        .with_protocol_versions(versions)
-        .unwrap()
-        .with_root_certificates(roots);
-    let config = match client {
-        None => builder.with_no_client_auth(),
-        Some((cert, key)) => builder
-            .with_client_auth_cert(
-                CertificateDer::pem_slice_iter(cert.as_bytes())
-                    .map(|c| c.unwrap())
-                    .collect(),
-                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
-            )
-            .unwrap(),
-    };
-    Arc::new(config)
+    tls_client_config(&[ca_pem], client, versions, &[])
 }
 
 fn default_client(ca_pem: &str) -> Arc<rustls::ClientConfig> {

@@ -13,8 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
@@ -243,17 +242,7 @@ impl Drop for ServerProcess {
 }
 
 pub fn client_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    Arc::new(
-        rustls::ClientConfig::builder_with_provider(pdp_injector::tls::provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
+    tls_client_config(&[ca_pem], None, rustls::DEFAULT_VERSIONS, &[])
 }
 
 pub type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
