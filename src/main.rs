@@ -59,6 +59,19 @@ enum LogFormat {
     Json,
 }
 
+/// The logging flag of the long-running commands (serve, node-proxy).
+#[derive(Args)]
+struct LogArgs {
+    /// Log format.
+    #[arg(
+        long,
+        env = "PDP_INJECTOR_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: LogFormat,
+}
+
 #[derive(Args)]
 struct ServeArgs {
     /// Serving certificate chain (PEM). Without --cert and --key, a self-signed CA and certificate are generated.
@@ -70,14 +83,8 @@ struct ServeArgs {
     /// CA for client certificates: when set, clients without a valid certificate are refused (mTLS).
     #[arg(long, env = "PDP_INJECTOR_CLIENT_CA")]
     client_ca: Option<PathBuf>,
-    /// Log format.
-    #[arg(
-        long,
-        env = "PDP_INJECTOR_LOG_FORMAT",
-        value_enum,
-        default_value = "text"
-    )]
-    log_format: LogFormat,
+    #[command(flatten)]
+    log: LogArgs,
     /// Keep the CA and serving certificate in a Secret (create, renew, patch caBundle) instead of files.
     #[arg(long, env = "PDP_INJECTOR_SELF_MANAGED_CERTS", conflicts_with_all = ["cert", "key"])]
     self_managed_certs: bool,
@@ -95,14 +102,8 @@ struct ServeArgs {
 
 #[derive(Args)]
 struct NodeProxyArgs {
-    /// Log format.
-    #[arg(
-        long,
-        env = "PDP_INJECTOR_LOG_FORMAT",
-        value_enum,
-        default_value = "text"
-    )]
-    log_format: LogFormat,
+    #[command(flatten)]
+    log: LogArgs,
     #[command(flatten)]
     flags: NodeProxyFlags,
 }
@@ -224,7 +225,7 @@ fn self_signed(
 }
 
 fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
-    init_logging(args.log_format);
+    init_logging(args.log.log_format);
     let client_ca_pem = match &args.client_ca {
         Some(p) => Some(
             std::fs::read(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?,
@@ -292,7 +293,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn run_node_proxy(args: NodeProxyArgs) -> anyhow::Result<()> {
-    init_logging(args.log_format);
+    init_logging(args.log.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
