@@ -1103,6 +1103,8 @@ def _(h):
     finally:
         h.kubectl("delete", "pod", "-n", ns, "app", "--wait=false", check_rc=False)
         h.kubectl("delete", "node", node, "--wait=false", check_rc=False)
+
+
 @case("pod-annotation-central")
 def _(h):
     ns = h.namespace("pod-ann-central")

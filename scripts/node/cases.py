@@ -370,6 +370,17 @@ def _():
     check(result == "Complete" and term.get("exitCode") == 0, f"Job {result}, app exit {term.get('exitCode')}")
 
 
+def counted(before, after, path):
+    """(failed, checks) over `path` between two summaries of the watch client."""
+    failed = int(after[path]["fail"]) - int(before[path]["fail"])
+    return failed, failed + int(after[path]["ok"]) - int(before[path]["ok"])
+
+
+def errors_seen(out, width):
+    """The distinct failures in the watch client's log, as `path: error` cut to `width`."""
+    return sorted({re.sub(r"^\S+ fail (\S+): ", r"\1: ", l)[:width] for l in out.splitlines() if " fail " in l})
+
+
 def summaries(ns, pod):
     out = logs(ns, pod)
     last = {}
@@ -409,12 +420,10 @@ def _():
     _, out = summaries(ns, pod)
     result = {}
     for p in ("tcp", "socket"):
-        failed = int(after[p]["fail"]) - int(before[p]["fail"])
-        checks = failed + int(after[p]["ok"]) - int(before[p]["ok"])
+        failed, checks = counted(before, after, p)
         result[p] = (failed, int(after[p]["longest_gap_ms"]))
         figure(f"  {p}: {failed} failed of {checks} checks (every 100 ms), longest gap {after[p]['longest_gap_ms']} ms")
-    errs = sorted({re.sub(r"^\S+ fail (\S+): ", r"\1: ", l)[:160] for l in out.splitlines() if " fail " in l})
-    for e in errs[:6]:
+    for e in errors_seen(out, 160)[:6]:
         figure(f"    error seen: {e}")
     STATE["case4"] = result
     # A figure, not a bound: the case holds when both paths answered again after the restart.
@@ -442,9 +451,8 @@ def instance_sockets():
 
 
 def pdp_pod_names(name):
-    pods = json.loads(kubectl("-n", "pdp-node", "get", "pods", "-l", f"app.kubernetes.io/name={name}",
-                              "-o", "json").stdout)["items"]
-    return {p["metadata"]["name"] for p in pods}
+    """Names of the Pods in pdp-node of the DaemonSet labelled app.kubernetes.io/name=`name`."""
+    return {p["metadata"]["name"] for p in pdp_pods(name)}
 
 
 def next_pdp(old_ds):
@@ -469,13 +477,11 @@ def swap_failures(ns, pod, before, what):
     after, out = summaries(ns, pod)
     bad = []
     for p in ("tcp", "socket"):
-        failed = int(after[p]["fail"]) - int(before[p]["fail"])
-        checks = failed + int(after[p]["ok"]) - int(before[p]["ok"])
+        failed, checks = counted(before, after, p)
         figure(f"  {what}: {p}: {failed} failed of {checks} checks (every 100 ms)")
         if failed:
             bad.append(f"{p}: {failed} failed")
-    errs = sorted({re.sub(r"^\S+ fail (\S+): ", r"\1: ", l)[:200] for l in out.splitlines() if " fail " in l})
-    check(not bad, f"{what}: {', '.join(bad)}; errors: {errs[-6:]}")
+    check(not bad, f"{what}: {', '.join(bad)}; errors: {errors_seen(out, 200)[-6:]}")
     return after
 
 
@@ -539,8 +545,8 @@ def _():
     figure(f"  both swaps in {time.monotonic() - t0:.1f}s; stable socket present in every 20 ms sample")
 
 
-def pdp_pods():
-    return json.loads(kubectl("-n", "pdp-node", "get", "pods", "-l", "app.kubernetes.io/name=cerbos-pdp",
+def pdp_pods(name="cerbos-pdp"):
+    return json.loads(kubectl("-n", "pdp-node", "get", "pods", "-l", f"app.kubernetes.io/name={name}",
                               "-o", "json").stdout)["items"]
 
 
