@@ -1482,6 +1482,25 @@ fn cpu_ticks(pid: u32) -> u64 {
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
+/// Times `count` calls of `one`, one after another; with the front's CPU ticks over them unless the path
+/// bypasses the front.
+async fn timed(
+    count: usize,
+    front_pid: u32,
+    path: Path3,
+    mut one: impl AsyncFnMut(),
+) -> (Vec<Duration>, Option<u64>) {
+    let before = cpu_ticks(front_pid);
+    let mut lat = Vec::with_capacity(count);
+    for _ in 0..count {
+        let t = Instant::now();
+        one().await;
+        lat.push(t.elapsed());
+    }
+    let ticks = (!matches!(path, Path3::Direct)).then(|| cpu_ticks(front_pid) - before);
+    (lat, ticks)
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i].as_secs_f64() * 1e6
@@ -1596,14 +1615,10 @@ async fn measure_the_front() {
             };
             let mut conn = BufReader::new(connect_line(path, tcp_addr, &socket, direct).await);
             let line = "x".repeat(63);
-            let before = cpu_ticks(front_pid);
-            let mut lat = Vec::with_capacity(n);
-            for _ in 0..n {
-                let t = Instant::now();
+            let (lat, ticks) = timed(n, front_pid, path, async || {
                 ask_on(&mut conn, &line).await.unwrap();
-                lat.push(t.elapsed());
-            }
-            let ticks = (!matches!(path, Path3::Direct)).then(|| cpu_ticks(front_pid) - before);
+            })
+            .await;
             record(format!("echo, kept connection, {label}"), lat, ticks, n);
         }
         // Echo on a new connection per request (the front reads the directory and connects each time).
@@ -1614,15 +1629,11 @@ async fn measure_the_front() {
                 &echo_grpc
             };
             let m = n / 5;
-            let before = cpu_ticks(front_pid);
-            let mut lat = Vec::with_capacity(m);
-            for _ in 0..m {
-                let t = Instant::now();
+            let (lat, ticks) = timed(m, front_pid, path, async || {
                 let mut conn = BufReader::new(connect_line(path, tcp_addr, &socket, direct).await);
                 ask_on(&mut conn, "x").await.unwrap();
-                lat.push(t.elapsed());
-            }
-            let ticks = (!matches!(path, Path3::Direct)).then(|| cpu_ticks(front_pid) - before);
+            })
+            .await;
             record(format!("echo, new connection, {label}"), lat, ticks, m);
         }
     }
@@ -1637,14 +1648,10 @@ async fn measure_the_front() {
                     grpc_connection(connect_line(path, tcp_addr, &socket, &c.grpc).await)
                         .await
                         .unwrap();
-                let before = cpu_ticks(front_pid);
-                let mut lat = Vec::with_capacity(m);
-                for _ in 0..m {
-                    let t = Instant::now();
+                let (lat, ticks) = timed(m, front_pid, path, async || {
                     grpc_check(&mut send).await.unwrap();
-                    lat.push(t.elapsed());
-                }
-                let ticks = (!matches!(path, Path3::Direct)).then(|| cpu_ticks(front_pid) - before);
+                })
+                .await;
                 record(
                     format!("cerbos gRPC CheckResources, kept h2 connection, {label}"),
                     lat,
@@ -1660,14 +1667,10 @@ async fn measure_the_front() {
                     http_connection(connect_line(path, tcp_addr, &socket, &c.http).await)
                         .await
                         .unwrap();
-                let before = cpu_ticks(front_pid);
-                let mut lat = Vec::with_capacity(m);
-                for _ in 0..m {
-                    let t = Instant::now();
+                let (lat, ticks) = timed(m, front_pid, path, async || {
                     http_check(&mut send).await.unwrap();
-                    lat.push(t.elapsed());
-                }
-                let ticks = (!matches!(path, Path3::Direct)).then(|| cpu_ticks(front_pid) - before);
+                })
+                .await;
                 record(
                     format!("cerbos HTTP CheckResources, keep-alive, {label}"),
                     lat,
