@@ -9,9 +9,14 @@ COPY src ./src
 COPY benches ./benches
 COPY bench ./bench
 RUN cargo build --release --locked --bin pdp-injector
+# pdp-await: the helper the webhook gives classic sidecars (Kubernetes < 1.29) through an init container of this
+# image; static (tools/pdp-await/.cargo/config.toml), since it runs inside the PDP's image.
+COPY tools ./tools
+RUN cd tools/pdp-await && cargo build --release --locked
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/pdp-injector /usr/local/bin/pdp-injector
+COPY --from=build /src/tools/pdp-await/target/release/pdp-await /usr/local/bin/pdp-await
 USER 65532:65532
 EXPOSE 8443
 ENTRYPOINT ["/usr/local/bin/pdp-injector"]

@@ -31,6 +31,33 @@ pub const VOLUME_MTLS: &str = "pdp-injector-mtls";
 /// mounted into app containers in the modes that reach the PDP over TCP (daemonset, central).
 pub const VOLUME_TLS: &str = "pdp-injector-tls";
 
+/// Classic sidecars (Kubernetes < 1.29) only: the emptyDir into which the init container [`INIT_TOOLS`] copies
+/// `pdp-await`, the helper the PDP container waits with (its `postStart` hook) and stops with (its liveness
+/// probe, in a Pod that runs to completion).
+pub const VOLUME_TOOLS: &str = "pdp-injector-tools";
+/// The init container that copies `pdp-await` into [`VOLUME_TOOLS`].
+pub const INIT_TOOLS: &str = "pdp-injector-tools";
+/// Where the PDP container (and the init container) mount [`VOLUME_TOOLS`].
+pub const TOOLS_DIR: &str = "/var/run/pdp-injector/tools";
+/// Where `pdp-await` is in the injector's image.
+pub const TOOLS_BINARY_IN_IMAGE: &str = "/usr/local/bin/pdp-await";
+/// Classic sidecars in a Pod that runs to completion: the Downward API volume holding the annotation
+/// [`ANNOTATION_APPS_DONE`], which the PDP container's liveness probe reads.
+pub const VOLUME_PODINFO: &str = "pdp-injector-podinfo";
+/// Where the PDP container mounts [`VOLUME_PODINFO`].
+pub const PODINFO_DIR: &str = "/var/run/pdp-injector/podinfo";
+/// Annotation the webhook sets on a Pod with a classic sidecar once its app containers have ended: the PDP
+/// container's liveness probe then fails, and the kubelet stops it, so the Pod (and its Job) complete.
+pub const ANNOTATION_APPS_DONE: &str = "pdp-injector.io/apps-done";
+/// Label of the Pods that carry a classic sidecar and run to completion: what the webhook watches to set
+/// [`ANNOTATION_APPS_DONE`] (a label, so that the watch is filtered by the apiserver).
+pub const LABEL_CLASSIC_SIDECAR: &str = "pdp-injector.io/classic-sidecar";
+/// The value of [`LABEL_CLASSIC_SIDECAR`].
+pub const CLASSIC_SIDECAR_RUN_TO_COMPLETION: &str = "run-to-completion";
+/// kubectl's annotation naming the container that `kubectl logs` and `exec` pick by default: a classic sidecar
+/// goes first in `containers`, where kubectl would otherwise pick it.
+pub const ANNOTATION_DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
+
 /// Namespaces that are never injected, whatever the config says: the control plane's own.
 pub const ALWAYS_EXCLUDED_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
 

@@ -85,8 +85,20 @@ fn rbac_is_least_privilege() {
             ),
         ]
     );
+    // Classic sidecars (clusters before 1.29, an optional component): Pods, to list, watch and annotate.
+    let classic = docs("manifests/components/classic-sidecars/rbac.yaml");
+    let role = classic.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    assert_eq!(
+        rules(role),
+        vec![(
+            s(&[""]),
+            s(&["pods"]),
+            vec![],
+            s(&["list", "watch", "patch"])
+        )]
+    );
     // No wildcard anywhere, and every binding is to the webhook's own ServiceAccount.
-    for doc in base.iter().chain(&selfm) {
+    for doc in base.iter().chain(&selfm).chain(&classic) {
         let text = doc.to_string();
         assert!(!text.contains("\"*\""), "wildcard in {text}");
         if doc["kind"].as_str().unwrap().ends_with("Binding") {

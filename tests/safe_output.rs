@@ -65,16 +65,24 @@ fn find<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
 
 /// The rules for one (input, output) pair of Pod templates. Returns how many containers were added.
 fn check_pair(input: &Value, output: &Value, config: &Config, ctx: &str) -> usize {
-    let images: BTreeSet<&str> = config.profiles.values().map(|p| p.image.as_str()).collect();
+    // The profiles' images, and the injector's own for a classic sidecar's helper (`toolsImage`).
+    let images: BTreeSet<&str> = config
+        .profiles
+        .values()
+        .map(|p| p.image.as_str())
+        .chain([config.tools_image.as_str()])
+        .collect();
     let socket_dirs: BTreeSet<&str> = config
         .profiles
         .values()
         .map(|p| p.socket.dir.as_str())
         .collect();
+    // The helper's init container runs as the injector image's nonroot user.
     let users: BTreeSet<Option<i64>> = config
         .profiles
         .values()
         .map(|p| p.security_context.run_as_user)
+        .chain([Some(65532)])
         .collect();
     let status: Option<Value> = output["metadata"]["annotations"]["pdp-injector.io/status"]
         .as_str()
@@ -249,6 +257,23 @@ fn check_pair(input: &Value, output: &Value, config: &Config, ctx: &str) -> usiz
         if key == "annotations" {
             continue;
         }
+        if key == "labels" {
+            // One label may be added: the mark of a run-to-completion Pod with a classic sidecar, which the
+            // webhook watches; every other label is the Pod's own.
+            let mut labels = value.clone();
+            let ours = labels
+                .as_object_mut()
+                .and_then(|l| l.remove("pdp-injector.io/classic-sidecar"));
+            assert!(
+                ours.as_ref().is_none_or(|v| v == "run-to-completion"),
+                "{ctx}: label pdp-injector.io/classic-sidecar written as {ours:?}"
+            );
+            let before = input["metadata"].get("labels");
+            if before.is_some() || !labels.as_object().is_some_and(|l| l.is_empty()) {
+                assert_eq!(Some(&labels), before, "{ctx}: metadata.labels changed");
+            }
+            continue;
+        }
         assert_eq!(
             Some(value),
             input["metadata"].get(key),
@@ -269,7 +294,10 @@ fn check_pair(input: &Value, output: &Value, config: &Config, ctx: &str) -> usiz
                 || key
                     .strip_prefix("pdp-injector.io/status-")
                     .is_some_and(|p| config.profiles.contains_key(p))
-                || key == "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes",
+                || key == "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"
+                // A classic sidecar goes first: kubectl's default stays the app.
+                || (key == "kubectl.kubernetes.io/default-container"
+                    && find(input, value.as_str().unwrap()).is_some()),
             "{ctx}: annotation {key} written"
         );
     }

@@ -1118,9 +1118,38 @@ async fn classic_sidecars_for_old_apiservers() {
         serde_json::from_slice::<Value>(&annotated("sidecar")).unwrap()["request"]["object"]
             .clone();
     json_patch::patch(&mut pod, &decode_patch(&out["response"])).unwrap();
-    assert!(pod["spec"].get("initContainers").is_none(), "{pod}");
-    assert_eq!(pod["spec"]["containers"][1]["name"], "cerbos-pdp");
-    assert!(pod["spec"]["containers"][1].get("restartPolicy").is_none());
+    // A classic container, first among the containers, held there by its postStart hook until it answers;
+    // its helper comes from the init container pdp-injector-tools.
+    let pdp = &pod["spec"]["containers"][0];
+    assert_eq!(pdp["name"], "cerbos-pdp", "{pod}");
+    assert!(pdp.get("restartPolicy").is_none());
+    assert_eq!(
+        pdp["lifecycle"]["postStart"]["exec"]["command"],
+        json!([
+            "/var/run/pdp-injector/tools/pdp-await",
+            "wait",
+            "--http",
+            "127.0.0.1:3592/_cerbos/health",
+            "--timeout=120s"
+        ])
+    );
+    let app = pod["spec"]["containers"][1]["name"].as_str().unwrap();
+    assert_ne!(app, "cerbos-pdp");
+    let inits = pod["spec"]["initContainers"].as_array().unwrap();
+    assert_eq!(inits.len(), 1);
+    assert_eq!(inits[0]["name"], "pdp-injector-tools");
+    assert_eq!(
+        pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"],
+        app
+    );
+    // Not a Pod that runs to completion: no liveness probe, no label for the watch.
+    assert!(pdp.get("livenessProbe").is_none());
+    assert!(
+        pod["metadata"]
+            .get("labels")
+            .and_then(|l| l.get("pdp-injector.io/classic-sidecar"))
+            .is_none()
+    );
     r.shutdown().await.unwrap();
 }
 

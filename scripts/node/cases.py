@@ -316,11 +316,20 @@ def _():
     names = [c["name"] for c in pod["spec"]["containers"]]
     inits = [c["name"] for c in pod["spec"].get("initContainers") or []]
     figure(f"  containers {names}, init containers {inits} (1.20: classic sidecar form)")
+    # The classic form: the PDP first among the containers, held there by its postStart hook (pdp-await) until
+    # its health check answers; the kubelet starts the app only after that hook returned.
+    check(names[0] == "cerbos-pdp" and "app" in names, f"the PDP container is not first: {names}")
+    check("pdp-injector-tools" in inits, f"no pdp-injector-tools init container: {inits}")
+    check((pod["metadata"].get("annotations") or {}).get("kubectl.kubernetes.io/default-container") == "app",
+          "kubectl's default container is not the app")
+    states = {cs["name"]: cs.get("state") or {} for cs in pod["status"].get("containerStatuses") or []}
+    started = {n: (st.get("running") or {}).get("startedAt") for n, st in states.items()}
+    figure(f"  started: PDP {started.get('cerbos-pdp')}, app {started.get('app')} (the app after the PDP's hook)")
     first = logs(ns, pod["metadata"]["name"], "app")
     figure(f"  the app's first call: {one_line(' | '.join(lines(first, 'OK ') + lines(first, 'FAIL ')), 400)}")
     check("RESULT ok" in first, "the app's very first call (at container start) failed: "
           + one_line(" | ".join(lines(first, "FAIL ")), 600)
-          + " — with the classic form (Kubernetes < 1.29) nothing holds the app container until the PDP is ready")
+          + " — the PDP's postStart hook (pdp-await wait) should have held the app until the PDP answered")
     rc, out = exec_check(ns, pod["metadata"]["name"])
     check(rc == 0, f"checks after start failed: {one_line(out, 600)}")
 
@@ -334,8 +343,9 @@ def _():
            "spec": {"backoffLimit": 0, "activeDeadlineSeconds": 120, "template": {
                "metadata": {"labels": {"app": "job"}},
                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 2, "containers": [{
-                   # --wait: this case is about completion, not start-up order (the case before checks that)
-                   "name": "app", "image": CLIENT, "imagePullPolicy": "IfNotPresent", "args": ["check", "--wait=60s"],
+                   # No --wait: the PDP's postStart hook holds the app until the PDP answers (as the case
+                   # before checks); this one is about ending with the app.
+                   "name": "app", "image": CLIENT, "imagePullPolicy": "IfNotPresent", "args": ["check"],
                    "securityContext": restricted_sc()}]}}}}
     t = time.monotonic()
     kubectl("create", "-f", "-", input=job)
@@ -358,16 +368,28 @@ def _():
         conds = {c["type"]: c["status"] for c in (j.get("status") or {}).get("conditions") or []}
         return ("Complete" if conds.get("Complete") == "True" else
                 "Failed" if conds.get("Failed") == "True" else None)
+    t_app = time.monotonic()
     try:
-        result = wait_for("the Job to finish", job_finished, 30, interval=1)
+        # The webhook sees the app end (its watch), annotates the Pod; the kubelet refreshes the Downward API
+        # file and the PDP's liveness probe (every 2 s) fails: a few seconds, bounded generously.
+        result = wait_for("the Job to finish", job_finished, 60, interval=1)
     except Fail:
         pod = pod_of(ns, "job")
         running = [cs["name"] for cs in pod["status"].get("containerStatuses") or [] if (cs.get("state") or {}).get("running")]
-        raise Fail(f"Job not finished 30 s after its app container ended (exit {term.get('exitCode')}); still "
-                   f"running: {running} — a classic sidecar (Kubernetes < 1.29) never exits, so the Job never "
-                   "completes") from None
-    figure(f"  Job {result} after {time.monotonic() - t:.1f}s")
+        done = (pod["metadata"].get("annotations") or {}).get("pdp-injector.io/apps-done")
+        raise Fail(f"Job not finished 60 s after its app container ended (exit {term.get('exitCode')}); still "
+                   f"running: {running}; annotation pdp-injector.io/apps-done: {done!r} (set by the webhook's "
+                   "watch of Pods labelled pdp-injector.io/classic-sidecar; the PDP's liveness probe reads it)") from None
+    figure(f"  Job {result} after {time.monotonic() - t:.1f}s, {time.monotonic() - t_app:.1f}s after its app ended")
+    pod = pod_of(ns, "job")
+    meta = pod["metadata"]
+    figure(f"  label pdp-injector.io/classic-sidecar={(meta.get('labels') or {}).get('pdp-injector.io/classic-sidecar')}, "
+           f"annotation pdp-injector.io/apps-done={(meta.get('annotations') or {}).get('pdp-injector.io/apps-done')!r}")
+    pdp = next((cs for cs in pod["status"].get("containerStatuses") or [] if cs["name"] == "cerbos-pdp"), {})
+    pdp_end = (pdp.get("state") or {}).get("terminated") or {}
+    figure(f"  the PDP container: exit {pdp_end.get('exitCode')} ({pdp_end.get('reason')}), phase {pod['status'].get('phase')}")
     check(result == "Complete" and term.get("exitCode") == 0, f"Job {result}, app exit {term.get('exitCode')}")
+    check(pdp_end.get("exitCode") == 0, f"the PDP container did not exit 0: {pdp_end}")
 
 
 def counted(before, after, path):

@@ -61,12 +61,17 @@ prepare() {
         log "webhook binary ready ($(( $(date +%s) - t ))s)"
     fi
     [ -x "$bin" ] || { log "no pdp-injector binary at $bin"; return 1; }
+    # pdp-await, the classic sidecars' helper (the webhook image carries it, as the Dockerfile's does): static,
+    # built in its own directory (its .cargo/config.toml links it statically); a few seconds.
+    local await_bin=tools/pdp-await/target/release/pdp-await
+    (cd tools/pdp-await && cargo build --locked --quiet --release) >&2
+    [ -x "$await_bin" ] || { log "no pdp-await binary at $await_bin"; return 1; }
 
     IMAGES=()
     local name archive
     while read -r name archive; do IMAGES+=(--image "$name" "$archive"); done < <(
         python3 "$HERE/images.py" --out-dir "$CACHE_DIR/node-images" --pdp-injector "$(realpath "$bin")" \
-            --cerbos "$cerbos" --busybox /bin/busybox --client "$client")
+            --pdp-await "$(realpath "$await_bin")" --cerbos "$cerbos" --busybox /bin/busybox --client "$client")
     log "prerequisites ready in $(( $(date +%s) - t0 ))s"
 }
 

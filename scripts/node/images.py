@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the node tier's container images as OCI image archives, without a container engine or a registry.
 
-    images.py --out-dir DIR --pdp-injector BIN --cerbos BIN --busybox BIN --client BIN
+    images.py --out-dir DIR --pdp-injector BIN --pdp-await BIN --cerbos BIN --busybox BIN --client BIN
 
 Each image is one uncompressed layer (a deterministic tar of a small root filesystem: files owned by root, mtime 0,
 sorted), an image config and a manifest, in an OCI layout archive whose index names the image
@@ -13,7 +13,8 @@ The images, under the names the manifests and the injector's built-in profile us
 
   ghcr.io/pdp-injector/pdp-injector:0.1.0  the webhook binary (the checkout's build) at /usr/local/bin/pdp-injector,
                                            with the shared libraries it links (from this machine), user 65532, like
-                                           the repository's Dockerfile (distroless cc + the binary)
+                                           the repository's Dockerfile (distroless cc + the binary), and the static
+                                           classic-sidecar helper at /usr/local/bin/pdp-await (tools/pdp-await)
   ghcr.io/cerbos/cerbos:0.42.0             the cerbos binary of the npm package @cerbos/cerbos-linux-x64 at /cerbos
                                            (the official image's entrypoint), CERBOS_NO_TELEMETRY=1 in its env. The
                                            version inside is the npm package's (see scripts/node/README.md)
@@ -171,6 +172,7 @@ def images(args):
         if shutil.which("strip"):
             subprocess.run(["strip", "--strip-debug", str(binary)], check=True)
         layer.file("usr/local/bin/pdp-injector", binary)
+        layer.file("usr/local/bin/pdp-await", args.pdp_await)
         for lib in shared_libs(args.pdp_injector):
             layer.file(lib, os.path.realpath(lib))
         layer.dir("tmp", 0o1777)
@@ -209,7 +211,7 @@ def images(args):
         return layer, {"Entrypoint": ["/pdpclient"], "Cmd": ["check"], "User": "65532:65532", "Env": [PATH_ENV]}
 
     return {
-        PDP_INJECTOR: ([args.pdp_injector] + shared_libs(args.pdp_injector), webhook),
+        PDP_INJECTOR: ([args.pdp_injector, args.pdp_await] + shared_libs(args.pdp_injector), webhook),
         CERBOS: ([args.cerbos], cerbos),
         CERBOS_NEXT: ([args.cerbos], lambda: cerbos(CERBOS_NEXT)),
         BUSYBOX: ([args.busybox], busybox),
@@ -222,6 +224,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-dir", required=True, type=Path)
     ap.add_argument("--pdp-injector", required=True)
+    ap.add_argument("--pdp-await", required=True)
     ap.add_argument("--cerbos", required=True)
     ap.add_argument("--busybox", required=True)
     ap.add_argument("--client", required=True)

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::core::{self, NamespaceInfo, Outcome, Reason, Status};
-use crate::names::{ANNOTATION_MIRROR, ANNOTATION_STATUS};
+use crate::names::{ANNOTATION_MIRROR, ANNOTATION_STATUS, INIT_TOOLS, VOLUME_TOOLS};
 
 /// How a Pod's wiring differs from what the webhook would give it now. The codes are stable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -118,6 +118,12 @@ pub fn unwire(pod: &Pod, status: &Status) -> Pod {
         }
     }
     let ours = |name: &str| status.volumes.iter().any(|v| v == name);
+    // A classic sidecar's helper comes with its volume.
+    if ours(VOLUME_TOOLS)
+        && let Some(inits) = spec.init_containers.as_mut()
+    {
+        inits.retain(|c| c.name != INIT_TOOLS);
+    }
     if let Some(volumes) = spec.volumes.as_mut() {
         volumes.retain(|v| !ours(&v.name));
     }
@@ -310,6 +316,16 @@ mod tests {
             &config,
         );
         assert_eq!(compare(&p, &ns(&[]), &config), None);
+        // The classic form (before 1.29): its helper init container goes with it.
+        let classic = Config::builtin().with_classic_sidecars();
+        let p = wired(
+            &plain(json!({"pdp-injector.io/inject": "sidecar"})),
+            &ns(&[]),
+            &classic,
+        );
+        let inits = p.spec.as_ref().unwrap().init_containers.as_ref().unwrap();
+        assert_eq!(inits[0].name, INIT_TOOLS);
+        assert_eq!(compare(&p, &ns(&[]), &classic), None);
     }
 
     #[test]

@@ -480,6 +480,7 @@ struct ConfigFile {
     excluded_namespaces: Option<Vec<String>>,
     default_pod_security_level: Option<PssLevel>,
     node_address_family: Option<NodeAddressFamily>,
+    tools_image: Option<String>,
     profiles: Option<BTreeMap<String, ProfileFile>>,
 }
 
@@ -503,6 +504,11 @@ pub struct Config {
     /// not the default IPv4, so existing configs keep their hash.
     #[serde(skip_serializing_if = "NodeAddressFamily::is_ipv4")]
     pub node_address_family: NodeAddressFamily,
+    /// The image of the init container that gives a classic sidecar (Kubernetes < 1.29) its helper `pdp-await`:
+    /// the injector's own image by default. Serialized only when set otherwise, so existing configs keep their
+    /// hash.
+    #[serde(skip_serializing_if = "is_default_tools_image")]
+    pub tools_image: String,
     /// Named profiles.
     pub profiles: BTreeMap<String, Profile>,
     /// Short hash of everything above, written into the status annotation.
@@ -631,13 +637,19 @@ impl Config {
                 // Fail safe: assuming more than the cluster allows gets Pods rejected; less only drops the socket.
                 .unwrap_or(PssLevel::Baseline),
             node_address_family: file.node_address_family.unwrap_or_default(),
+            tools_image: match file.tools_image {
+                Some(image) if image.trim().is_empty() || image.contains(char::is_whitespace) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "toolsImage {image:?} is not an image reference"
+                    )));
+                }
+                Some(image) => image,
+                None => default_tools_image(),
+            },
             profiles,
             hash: String::new(),
         };
-        let canonical =
-            serde_json::to_vec(&config).map_err(|e| ConfigError::Invalid(e.to_string()))?;
-        let digest = Sha256::digest(&canonical);
-        config.hash = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+        config.hash = hash_of(&config);
         Ok(config)
     }
 
@@ -657,9 +669,30 @@ impl Config {
     }
 }
 
+/// The injector's own image, of this version: it carries `pdp-await` at [`crate::names::TOOLS_BINARY_IN_IMAGE`].
+pub fn default_tools_image() -> String {
+    format!(
+        "ghcr.io/pdp-injector/pdp-injector:{}",
+        crate::names::VERSION
+    )
+}
+
+fn is_default_tools_image(image: &String) -> bool {
+    *image == default_tools_image()
+}
+
+/// What a classic sidecar gets besides its container (the `pdp-await` helper, its `postStart` wait, the end
+/// with a Job's app): part of the hash of any config with a classic sidecar, so that Pods wired with an earlier
+/// classic form (the sidecar appended after the apps, nothing that waited) read as wired by another config.
+const CLASSIC_FORM: &str = "classic-form-2";
+
 fn hash_of(config: &Config) -> String {
     // A config of strings, numbers and maps with string keys always serializes.
-    let canonical = serde_json::to_vec(config).expect("config serializes to JSON");
+    let mut canonical = serde_json::to_vec(config).expect("config serializes to JSON");
+    if config.profiles.values().any(|p| !p.sidecar.native) {
+        canonical.extend_from_slice(CLASSIC_FORM.as_bytes());
+        canonical.extend_from_slice(config.tools_image.as_bytes());
+    }
     let digest = Sha256::digest(&canonical);
     digest[..6].iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -190,6 +190,12 @@ fn sections(pod: &PodView<'_>) -> Value {
         if let Some(h) = spec.host_network {
             m.insert("hostNetwork".into(), Value::Bool(h));
         }
+        if let Some(r) = &spec.restart_policy {
+            m.insert(
+                "restartPolicy".into(),
+                Value::String(r.as_str().to_string()),
+            );
+        }
         out.insert("spec".into(), Value::Object(m));
     }
     Value::Object(out)

@@ -9,15 +9,18 @@ use std::collections::BTreeMap;
 
 use json_patch::Patch;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
-    HostPathVolumeSource, KeyToPath, ObjectFieldSelector, Probe, SecretVolumeSource, Volume,
-    VolumeMount,
+    Container, ContainerPort, DownwardAPIVolumeFile, DownwardAPIVolumeSource, EmptyDirVolumeSource,
+    EnvVar, EnvVarSource, ExecAction, HTTPGetAction, HostPathVolumeSource, KeyToPath, Lifecycle,
+    LifecycleHandler, ObjectFieldSelector, Probe, SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::value::RawValue;
 
-use crate::config::{Config, HostField, Mode, NodeAddressFamily, Placement, Profile, PssLevel};
+use crate::config::{
+    Config, HostField, Mode, NodeAddressFamily, Placement, Profile, PssLevel,
+    restricted_security_context,
+};
 use crate::core::patch::{PatchBuilder, pointer};
 use crate::core::view::{
     EnvEntry, MountEntry, PodView, Str, VolumeEntry, parse_list, volume_entries,
@@ -319,6 +322,131 @@ pub fn sidecar_container(profile: &Profile) -> Container {
     }
 }
 
+/// What a classic sidecar (Kubernetes < 1.29, no native sidecars) needs besides its container, so that it
+/// keeps the native form's two promises: the app starts only once the PDP answers, and a Pod that runs to
+/// completion completes. The helper `pdp-await` comes from the injector's image (the PDP's image has no tool to
+/// wait with), copied by an init container into an emptyDir.
+struct Classic {
+    /// The init container that copies `pdp-await`.
+    init: Container,
+    /// The emptyDir, and in a Pod that runs to completion the Downward API volume of the apps-done annotation.
+    volumes: Vec<Volume>,
+}
+
+/// Turns the PDP container into the classic form: first among the containers (the caller puts it there), with
+/// a `postStart` hook that returns only once its health check answers (the kubelet starts the next container
+/// only after that hook), and in a Pod that runs to completion a liveness probe that fails once the webhook has
+/// marked the app containers as ended (the kubelet then stops it and, under `Never`/`OnFailure`, leaves it
+/// stopped: Cerbos exits 0 on SIGTERM, so the Pod succeeds).
+fn classic_sidecar(
+    container: &mut Container,
+    profile: &Profile,
+    config: &Config,
+    run_to_completion: bool,
+) -> Classic {
+    let tool = format!("{TOOLS_DIR}/pdp-await");
+    let health = format!("127.0.0.1:{}{}", profile.health.port, profile.health.path);
+    container.lifecycle = Some(Lifecycle {
+        post_start: Some(LifecycleHandler {
+            exec: Some(ExecAction {
+                command: Some(vec![
+                    tool.clone(),
+                    "wait".into(),
+                    "--http".into(),
+                    health,
+                    // As long as the native form's startupProbe allows (120 x 1 s).
+                    "--timeout=120s".into(),
+                ]),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
+    mounts.push(VolumeMount {
+        name: VOLUME_TOOLS.into(),
+        mount_path: TOOLS_DIR.into(),
+        read_only: Some(true),
+        ..Default::default()
+    });
+    let mut volumes = vec![Volume {
+        name: VOLUME_TOOLS.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: None,
+            size_limit: Some(Quantity("16Mi".into())),
+        }),
+        ..Default::default()
+    }];
+    if run_to_completion {
+        mounts.push(VolumeMount {
+            name: VOLUME_PODINFO.into(),
+            mount_path: PODINFO_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+        volumes.push(Volume {
+            name: VOLUME_PODINFO.into(),
+            downward_api: Some(DownwardAPIVolumeSource {
+                default_mode: Some(0o644),
+                items: Some(vec![DownwardAPIVolumeFile {
+                    path: "apps-done".into(),
+                    field_ref: Some(ObjectFieldSelector {
+                        api_version: Some("v1".into()),
+                        field_path: format!("metadata.annotations['{ANNOTATION_APPS_DONE}']"),
+                    }),
+                    ..Default::default()
+                }]),
+            }),
+            ..Default::default()
+        });
+        container.liveness_probe = Some(Probe {
+            exec: Some(ExecAction {
+                command: Some(vec![
+                    tool,
+                    "apps-done".into(),
+                    format!("{PODINFO_DIR}/apps-done"),
+                ]),
+            }),
+            period_seconds: Some(2),
+            failure_threshold: Some(1),
+            success_threshold: Some(1),
+            timeout_seconds: Some(1),
+            ..Default::default()
+        });
+    }
+    let init = Container {
+        name: INIT_TOOLS.into(),
+        image: Some(config.tools_image.clone()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(vec![
+            TOOLS_BINARY_IN_IMAGE.into(),
+            "install".into(),
+            TOOLS_DIR.into(),
+        ]),
+        resources: Some(k8s_openapi::api::core::v1::ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity("10m".into())),
+                ("memory".to_string(), Quantity("16Mi".into())),
+            ])),
+            limits: Some(BTreeMap::from([(
+                "memory".to_string(),
+                Quantity("32Mi".into()),
+            )])),
+            ..Default::default()
+        }),
+        security_context: Some(restricted_security_context(Some(65532))),
+        volume_mounts: Some(vec![VolumeMount {
+            name: VOLUME_TOOLS.into(),
+            mount_path: TOOLS_DIR.into(),
+            ..Default::default()
+        }]),
+        termination_message_path: Some("/dev/termination-log".into()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Default::default()
+    };
+    Classic { init, volumes }
+}
+
 fn collision(message: String) -> Denial {
     Denial {
         reason: Reason::NameCollision,
@@ -546,6 +674,22 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
         family: config.node_address_family,
     };
 
+    // The PDP container of sidecar mode, and what its classic form (Kubernetes < 1.29) needs besides.
+    let run_to_completion = matches!(
+        spec.restart_policy.as_ref().map(|p| p.as_str()),
+        Some("Never" | "OnFailure")
+    );
+    let mut pdp_container =
+        (plan.mode == Mode::Sidecar && previous.is_none()).then(|| sidecar_container(profile));
+    let classic = match &mut pdp_container {
+        Some(c) if !profile.sidecar.native => {
+            Some(classic_sidecar(c, profile, config, run_to_completion))
+        }
+        _ => None,
+    };
+    // An earlier profile of this Pod (`cerbos,flagd`) may have added the helper already.
+    let mut add_tools_init = classic.is_some();
+
     let mut new_volumes = Vec::new();
     let mut volume_count = None;
     if previous.is_none() {
@@ -560,6 +704,24 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
             for pv in &profile.volumes {
                 ensure_volume(&existing, v, pv.volume.clone(), "the PDP's own files")?;
             }
+        }
+        if let Some(c) = &classic {
+            let had_tools = existing.iter().any(|e| e.name.as_str() == VOLUME_TOOLS);
+            for volume in &c.volumes {
+                ensure_volume(&existing, v, volume.clone(), "the classic sidecar's helper")?;
+            }
+            let named = pod
+                .init_containers()
+                .iter()
+                .chain(pod.containers())
+                .any(|x| x.name.as_str() == INIT_TOOLS);
+            if named && !had_tools {
+                return Err(collision(format!(
+                    "the Pod already has a container named {INIT_TOOLS:?}, which pdp-injector adds for its \
+                     classic sidecar: rename the Pod's container"
+                )));
+            }
+            add_tools_init = !named;
         }
         if let Some(m) = mtls_volume(profile) {
             ensure_volume(&existing, v, m, "the mTLS client certificate")?;
@@ -657,8 +819,7 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
 
     let mut init_ops = PatchBuilder::default();
     let mut sidecar = None;
-    if plan.mode == Mode::Sidecar && previous.is_none() {
-        let container = sidecar_container(profile);
+    if let Some(container) = pdp_container {
         sidecar = Some(container.name.clone());
         if profile.sidecar.native {
             let list = pointer(["spec", "initContainers"]);
@@ -671,11 +832,21 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
                 (Some(_), Placement::First) => init_ops.insert(&list, 0, &container),
             }
         } else {
-            let n = spec.containers.as_ref().map(Vec::len);
-            containers_ops.extend(pointer(["spec", "containers"]), n, &[container]);
+            // First among the containers: the kubelet starts them in order, each only once the previous one's
+            // postStart hook has returned. After the app containers' patches, whose indices are the Pod's own.
+            let list = pointer(["spec", "containers"]);
+            match spec.containers.as_ref().map(Vec::len) {
+                Some(n) if n > 0 => containers_ops.insert(&list, 0, &container),
+                n => containers_ops.extend(list, n, &[container]),
+            }
+            if let Some(c) = classic.filter(|_| add_tools_init) {
+                let n = spec.init_containers.as_ref().map(Vec::len);
+                init_ops.extend(pointer(["spec", "initContainers"]), n, &[c.init]);
+            }
         }
     }
 
+    let classic_added = sidecar.is_some() && !profile.sidecar.native;
     let status = match previous {
         Some(prev) => {
             let mut s = prev.clone();
@@ -720,6 +891,16 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
                 changed.insert(ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES, entry);
             }
         }
+        // A classic sidecar is first among the containers, where `kubectl logs` and `exec` would pick it.
+        if classic_added
+            && pod.annotation(ANNOTATION_DEFAULT_CONTAINER).is_none()
+            && let Some(first) = pod.containers().first()
+        {
+            changed.insert(
+                ANNOTATION_DEFAULT_CONTAINER,
+                first.name.as_str().to_string(),
+            );
+        }
         let meta = pod.metadata.as_ref();
         match (meta, meta.and_then(|m| m.annotations.as_ref())) {
             _ if changed.is_empty() => {}
@@ -733,6 +914,24 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
                     patch.add(pointer(["metadata", "annotations", key]), value);
                 }
             }
+        }
+    }
+    // The webhook watches the Pods with this label, to stop their classic sidecar once the apps have ended.
+    if classic_added
+        && run_to_completion
+        && pod.label(LABEL_CLASSIC_SIDECAR) != Some(CLASSIC_SIDECAR_RUN_TO_COMPLETION)
+    {
+        let labels = pod.metadata.as_ref().and_then(|m| m.labels.as_ref());
+        match labels {
+            // The status annotation above created `metadata` if the Pod had none.
+            None => patch.add(
+                pointer(["metadata", "labels"]),
+                &BTreeMap::from([(LABEL_CLASSIC_SIDECAR, CLASSIC_SIDECAR_RUN_TO_COMPLETION)]),
+            ),
+            Some(_) => patch.add(
+                pointer(["metadata", "labels", LABEL_CLASSIC_SIDECAR]),
+                &CLASSIC_SIDECAR_RUN_TO_COMPLETION,
+            ),
         }
     }
     patch.append(init_ops);
@@ -841,6 +1040,93 @@ mod tests {
             app_env(p, without)
                 .iter()
                 .all(|e| !e.name.starts_with("CERBOS_PDP_TLS"))
+        );
+    }
+
+    /// Injects `pod` in sidecar mode with the classic form (an apiserver before 1.29).
+    fn classic(pod: serde_json::Value) -> Result<serde_json::Value, Denial> {
+        use crate::core::{NamespaceInfo, Outcome, inject_json};
+        let config = Config::builtin().with_classic_sidecars();
+        match inject_json(&pod.to_string(), &NamespaceInfo::named("shop"), &config) {
+            Outcome::Injected(i) => {
+                let mut out = pod.clone();
+                json_patch::patch(&mut out, &i.patch).unwrap();
+                Ok(out)
+            }
+            Outcome::Denied(d) => Err(d),
+            Outcome::Skipped {
+                reason: Reason::AlreadyInjected,
+                ..
+            } => Ok(pod),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn names(list: &serde_json::Value) -> Vec<&str> {
+        list.as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn classic_sidecars_go_first_with_their_helper_once_per_pod() {
+        let pod = serde_json::json!({
+            "metadata": {"name": "p", "namespace": "shop", "labels": {"app": "a"}, "annotations": {
+                "pdp-injector.io/inject": "sidecar", "pdp-injector.io/profile": "cerbos,flagd"}},
+            "spec": {"restartPolicy": "OnFailure", "initContainers": [{"name": "migrate", "image": "m"}],
+                     "containers": [{"name": "app", "image": "a"}, {"name": "worker", "image": "w"}]}});
+        let out = classic(pod).unwrap();
+        let spec = &out["spec"];
+        // Both PDPs ahead of the apps (each profile puts its own first), one helper after the Pod's init.
+        assert_eq!(
+            names(&spec["containers"]),
+            ["flagd", "cerbos-pdp", "app", "worker"]
+        );
+        assert_eq!(names(&spec["initContainers"]), ["migrate", INIT_TOOLS]);
+        let volumes = names(&spec["volumes"]);
+        assert_eq!(
+            volumes.iter().filter(|v| **v == VOLUME_TOOLS).count(),
+            1,
+            "{volumes:?}"
+        );
+        for pdp in &spec["containers"].as_array().unwrap()[..2] {
+            assert_eq!(pdp["lifecycle"]["postStart"]["exec"]["command"][1], "wait");
+            assert_eq!(pdp["livenessProbe"]["exec"]["command"][1], "apps-done");
+        }
+        assert_eq!(
+            out["metadata"]["labels"][LABEL_CLASSIC_SIDECAR],
+            CLASSIC_SIDECAR_RUN_TO_COMPLETION
+        );
+        assert_eq!(out["metadata"]["labels"]["app"], "a");
+        assert_eq!(
+            out["metadata"]["annotations"][ANNOTATION_DEFAULT_CONTAINER],
+            "app"
+        );
+        // The wired apps are the Pod's own, found by name after the PDPs moved in front of them.
+        assert!(
+            spec["containers"][2]["env"]
+                .to_string()
+                .contains("CERBOS_PDP_ADDR")
+        );
+        assert!(spec["containers"][3]["env"].to_string().contains("FLAGD_"));
+        // Injecting the result again changes nothing (a reinvocation).
+        assert_eq!(classic(out.clone()).map_err(|d| d.message), Ok(out));
+    }
+
+    #[test]
+    fn a_container_named_like_the_helper_is_a_clash() {
+        let pod = serde_json::json!({
+            "metadata": {"name": "p", "annotations": {"pdp-injector.io/inject": "sidecar"}},
+            "spec": {"initContainers": [{"name": INIT_TOOLS, "image": "x"}],
+                     "containers": [{"name": "app", "image": "a"}]}});
+        let denial = classic(pod).unwrap_err();
+        assert_eq!(denial.reason, Reason::NameCollision);
+        assert!(
+            denial.message.contains("pdp-injector-tools"),
+            "{}",
+            denial.message
         );
     }
 

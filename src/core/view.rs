@@ -20,7 +20,9 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::names::{ANNOTATION_MIRROR, ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES, PREFIX};
+use crate::names::{
+    ANNOTATION_DEFAULT_CONTAINER, ANNOTATION_MIRROR, ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES, PREFIX,
+};
 
 /// A JSON string, borrowed from the input when it has no escapes (serde's own `Cow<str>` always copies once it is
 /// inside a map or a list).
@@ -64,7 +66,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
 }
 
 /// The entries of a map of strings (labels, annotations) that the core reads: ours (`pdp-injector.io/...`), the
-/// mirror-Pod marker and the autoscaler's list of local volumes. The others are skipped without allocating (a
+/// mirror-Pod marker, the autoscaler's list of local volumes and kubectl's default container. The others are skipped without allocating (a
 /// Pod's labels and annotations can be large, and a few keys matter); whether the map exists at all is kept,
 /// since a patch adds keys to an existing map but creates a missing one. A key given twice counts with its last
 /// value, as in the typed Pod's map.
@@ -76,6 +78,7 @@ pub fn is_read_key(key: &str) -> bool {
     key.starts_with(PREFIX)
         || key == ANNOTATION_MIRROR
         || key == ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES
+        || key == ANNOTATION_DEFAULT_CONTAINER
 }
 
 impl StrMap<'_> {
@@ -154,6 +157,10 @@ pub struct SpecView<'a> {
     /// `hostNetwork`.
     #[serde(default)]
     pub host_network: Option<bool>,
+    /// `restartPolicy`: a classic sidecar in a Pod that runs to completion (`Never`, `OnFailure`) must be
+    /// stopped when the app containers end.
+    #[serde(borrow, default)]
+    pub restart_policy: Option<Str<'a>>,
 }
 
 /// What the core reads of a container.

@@ -1,0 +1,425 @@
+//! `pdp-await`: what pdp-injector puts into a classic sidecar (clusters before Kubernetes 1.29, which have no
+//! native sidecars), so that the classic form keeps the two promises of the native one:
+//!
+//! - `install DIR`: the init container `pdp-injector-tools` copies this binary into an emptyDir shared with the
+//!   PDP container (the PDP's image has no tool of its own to wait with: Cerbos's is FROM scratch).
+//! - `wait --http HOST:PORT/PATH`: the PDP container's `postStart` hook. The kubelet starts a Pod's containers in
+//!   order and does not start the next one until the previous one's `postStart` hook has returned; the PDP is
+//!   first in the list, so the app starts only once the PDP answers its health check (Istio's
+//!   `holdApplicationUntilProxyStarts` works the same way).
+//! - `apps-done FILE`: the PDP container's liveness probe in a Pod that runs to completion (a Job's). FILE is a
+//!   Downward API file of the annotation `pdp-injector.io/apps-done`, which the webhook sets once the Pod's app
+//!   containers have ended; the probe then fails, the kubelet stops the PDP (SIGTERM: it exits 0) and does not
+//!   restart it (`restartPolicy: Never`/`OnFailure`), so the Pod, and its Job, complete.
+//!
+//! Standard library only, linked statically: it runs inside images without a C library.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+// The duration syntax of every pdp-injector flag (`120s`, `100ms`), shared as source: this binary links no
+// crate but the standard library.
+#[path = "../../../src/duration.rs"]
+mod duration;
+
+const USAGE: &str = "usage:
+  pdp-await install DIR                                   copy this binary to DIR/pdp-await
+  pdp-await wait --http HOST:PORT/PATH [--timeout 120s] [--interval 100ms]
+                                                          exit 0 once GET answers 2xx/3xx; 1 at the timeout
+  pdp-await apps-done FILE                                exit 1 when FILE is not empty (the app containers
+                                                          of a run-to-completion Pod have ended)";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(code) => code,
+        Err(Usage(message)) => {
+            eprintln!("pdp-await: {message}\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// A command line that cannot be run.
+#[derive(Debug, PartialEq)]
+struct Usage(String);
+
+fn run(args: &[String]) -> Result<ExitCode, Usage> {
+    match args.first().map(String::as_str) {
+        Some("install") => match &args[1..] {
+            [dir] => Ok(report(install(Path::new(dir)))),
+            _ => Err(Usage("install takes one directory".into())),
+        },
+        Some("wait") => {
+            let options = WaitOptions::parse(&args[1..])?;
+            Ok(report(wait(&options)))
+        }
+        Some("apps-done") => match &args[1..] {
+            [file] => Ok(match apps_done(Path::new(file)) {
+                Some(message) => {
+                    println!("pdp-await: {message}");
+                    ExitCode::from(1)
+                }
+                None => ExitCode::SUCCESS,
+            }),
+            _ => Err(Usage("apps-done takes one file".into())),
+        },
+        Some(other) => Err(Usage(format!("unknown command {other:?}"))),
+        None => Err(Usage("no command".into())),
+    }
+}
+
+/// Prints the outcome (the kubelet shows a failed hook's output in the Pod's events) and turns it into an exit
+/// code.
+fn report(outcome: Result<String, String>) -> ExitCode {
+    match outcome {
+        Ok(message) => {
+            println!("pdp-await: {message}");
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("pdp-await: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Copies the running binary to `dir/pdp-await`, through a temporary name so that a half-written file is never
+/// run.
+fn install(dir: &Path) -> Result<String, String> {
+    let me = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
+    let target = dir.join("pdp-await");
+    let partial = dir.join(".pdp-await.partial");
+    let bytes = std::fs::copy(&me, &partial)
+        .map_err(|e| format!("cannot copy {} to {}: {e}", me.display(), partial.display()))?;
+    set_executable(&partial)?;
+    std::fs::rename(&partial, &target)
+        .map_err(|e| format!("cannot move {} into place: {e}", partial.display()))?;
+    Ok(format!("installed {} ({bytes} bytes)", target.display()))
+}
+
+fn set_executable(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    // Readable and runnable by any user: the PDP container runs as a user of its own.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o555))
+        .map_err(|e| format!("cannot make {} executable: {e}", path.display()))
+}
+
+/// What `wait` checks, and for how long.
+#[derive(Debug, PartialEq)]
+struct WaitOptions {
+    /// `HOST:PORT`, as given.
+    authority: String,
+    /// The request path, with its leading `/`.
+    path: String,
+    timeout: Duration,
+    interval: Duration,
+}
+
+impl WaitOptions {
+    fn parse(args: &[String]) -> Result<WaitOptions, Usage> {
+        let mut http = None;
+        let mut timeout = Duration::from_secs(120);
+        let mut interval = Duration::from_millis(100);
+        let mut rest = args.iter();
+        while let Some(arg) = rest.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) => (f, Some(v.to_string())),
+                None => (arg.as_str(), None),
+            };
+            let mut value = || {
+                inline
+                    .clone()
+                    .or_else(|| rest.next().cloned())
+                    .ok_or_else(|| Usage(format!("{flag} needs a value")))
+            };
+            match flag {
+                "--http" => http = Some(value()?),
+                "--timeout" => timeout = duration_value(flag, &value()?)?,
+                "--interval" => interval = duration_value(flag, &value()?)?,
+                _ => return Err(Usage(format!("unknown flag {arg:?}"))),
+            }
+        }
+        let http = http.ok_or_else(|| Usage("wait needs --http HOST:PORT/PATH".into()))?;
+        let target = http.strip_prefix("http://").unwrap_or(&http);
+        let (authority, path) = match target.find('/') {
+            Some(at) => (&target[..at], &target[at..]),
+            None => (target, "/"),
+        };
+        if authority.is_empty() || !authority.contains(':') {
+            return Err(Usage(format!(
+                "--http {http:?}: expected HOST:PORT/PATH, for example 127.0.0.1:3592/_cerbos/health"
+            )));
+        }
+        Ok(WaitOptions {
+            authority: authority.to_string(),
+            path: path.to_string(),
+            timeout,
+            interval: interval.max(Duration::from_millis(10)),
+        })
+    }
+}
+
+fn duration_value(flag: &str, text: &str) -> Result<Duration, Usage> {
+    duration::duration_flag(text).map_err(|e| Usage(format!("{flag}: {e}")))
+}
+
+/// Asks `GET path` until the answer is 2xx or 3xx (what a Kubernetes HTTP probe counts as success), or the
+/// timeout passes.
+fn wait(options: &WaitOptions) -> Result<String, String> {
+    let started = Instant::now();
+    let deadline = started + options.timeout;
+    let url = format!("http://{}{}", options.authority, options.path);
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let last = match probe(
+            options,
+            remaining.clamp(Duration::from_millis(1), Duration::from_secs(1)),
+        ) {
+            Ok(status) if (200..400).contains(&status) => {
+                return Ok(format!(
+                    "the PDP answered GET {url} with {status} after {} ms ({attempts} attempts)",
+                    started.elapsed().as_millis()
+                ));
+            }
+            Ok(status) => format!("HTTP {status}"),
+            Err(e) => e,
+        };
+        if Instant::now() + options.interval >= deadline {
+            return Err(format!(
+                "the PDP did not answer GET {url} within {:?} ({attempts} attempts; last: {last}): the app \
+                 containers start without it",
+                options.timeout
+            ));
+        }
+        std::thread::sleep(options.interval);
+    }
+}
+
+/// One `GET`: the status code of the answer.
+fn probe(options: &WaitOptions, limit: Duration) -> Result<u16, String> {
+    let addr: SocketAddr = options
+        .authority
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {}: {e}", options.authority))?
+        .next()
+        .ok_or_else(|| format!("{} has no address", options.authority))?;
+    let mut stream = TcpStream::connect_timeout(&addr, limit).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(limit))
+        .map_err(|e| e.to_string())?;
+    stream
+        .set_write_timeout(Some(limit))
+        .map_err(|e| e.to_string())?;
+    let request = format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: pdp-await\r\nConnection: close\r\n\r\n",
+        options.path, options.authority
+    );
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut head = Vec::with_capacity(64);
+    let mut buf = [0u8; 256];
+    while !head.contains(&b'\n') && head.len() < 4096 {
+        let n = stream.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    status_code(&head).ok_or_else(|| {
+        let line = String::from_utf8_lossy(&head);
+        format!(
+            "not an HTTP answer: {:?}",
+            line.lines().next().unwrap_or("")
+        )
+    })
+}
+
+/// The status code of an HTTP/1.x status line.
+fn status_code(head: &[u8]) -> Option<u16> {
+    let line = head.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?.trim_end();
+    let mut parts = line.split(' ');
+    let version = parts.next()?;
+    if !version.starts_with("HTTP/1.") {
+        return None;
+    }
+    let code = parts.next()?;
+    if code.len() != 3 {
+        return None;
+    }
+    code.parse().ok()
+}
+
+/// Why the PDP should stop, when the file says so: the webhook writes the annotation once the Pod's app
+/// containers have ended. A file that is missing or cannot be read says nothing: the PDP is never stopped on a
+/// doubt.
+fn apps_done(file: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let text = text.trim();
+    (!text.is_empty()).then(|| {
+        format!("the Pod's app containers have ended ({text}): this PDP sidecar stops, so the Pod can complete")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn wait_options_parse() {
+        let o = WaitOptions::parse(&args(&[
+            "--http",
+            "127.0.0.1:3592/_cerbos/health",
+            "--timeout=5s",
+        ]))
+        .unwrap();
+        assert_eq!(o.authority, "127.0.0.1:3592");
+        assert_eq!(o.path, "/_cerbos/health");
+        assert_eq!(o.timeout, Duration::from_secs(5));
+        assert_eq!(o.interval, Duration::from_millis(100));
+        let o =
+            WaitOptions::parse(&args(&["--http=http://[::1]:8014", "--interval", "50ms"])).unwrap();
+        assert_eq!((o.authority.as_str(), o.path.as_str()), ("[::1]:8014", "/"));
+        assert_eq!(o.interval, Duration::from_millis(50));
+        for bad in [
+            &["--http"][..],
+            &["--timeout", "5s"],
+            &["--http", "/_cerbos/health"],
+            &["--http", "localhost"],
+            &["--http", "127.0.0.1:1/", "--timeout", "soon"],
+            &["--http", "127.0.0.1:1/", "--verbose"],
+        ] {
+            assert!(WaitOptions::parse(&args(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn commands_refuse_bad_usage_with_exit_2() {
+        for bad in [
+            &[][..],
+            &["install"],
+            &["install", "a", "b"],
+            &["apps-done"],
+            &["sleep"],
+        ] {
+            assert!(run(&args(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn status_lines() {
+        assert_eq!(status_code(b"HTTP/1.1 200 OK\r\n"), Some(200));
+        assert_eq!(
+            status_code(b"HTTP/1.0 503 Service Unavailable\r\nx"),
+            Some(503)
+        );
+        assert_eq!(status_code(b"HTTP/1.1 204\r\n"), Some(204));
+        assert_eq!(status_code(b"SSH-2.0-OpenSSH\r\n"), None);
+        assert_eq!(status_code(b"HTTP/1.1 20 OK\r\n"), None);
+        assert_eq!(status_code(b""), None);
+    }
+
+    /// A server that answers 503 to the first `unready` requests, then 200; returns its address.
+    fn server(unready: usize) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            for (i, stream) in listener.incoming().enumerate() {
+                let mut stream = stream.unwrap();
+                let mut buf = [0u8; 1024];
+                let n = stream.read(&mut buf).unwrap();
+                let request = String::from_utf8_lossy(&buf[..n]).to_string();
+                assert!(request.starts_with("GET /health HTTP/1.1\r\n"), "{request}");
+                let status = if i < unready {
+                    "503 Service Unavailable"
+                } else {
+                    "200 OK"
+                };
+                let _ = write!(stream, "HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn wait_returns_once_the_pdp_answers_and_not_before() {
+        let addr = server(3);
+        let o = WaitOptions::parse(&args(&[
+            "--http",
+            &format!("{addr}/health"),
+            "--interval=20ms",
+        ]))
+        .unwrap();
+        let message = wait(&o).unwrap();
+        assert!(message.contains("with 200"), "{message}");
+        assert!(message.contains("(4 attempts)"), "{message}");
+    }
+
+    #[test]
+    fn wait_gives_up_at_the_timeout_saying_what_it_last_saw() {
+        // A port nothing listens on (bound, then released).
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let o = WaitOptions::parse(&args(&[
+            "--http",
+            &format!("{addr}/health"),
+            "--timeout=300ms",
+            "--interval=50ms",
+        ]))
+        .unwrap();
+        let started = Instant::now();
+        let message = wait(&o).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(
+            message.contains("did not answer") && message.contains("refused"),
+            "{message}"
+        );
+        // Always unready: the last answer is named.
+        let addr = server(usize::MAX);
+        let o = WaitOptions::parse(&args(&[
+            "--http",
+            &format!("{addr}/health"),
+            "--timeout=200ms",
+            "--interval=20ms",
+        ]))
+        .unwrap();
+        assert!(wait(&o).unwrap_err().contains("last: HTTP 503"));
+    }
+
+    #[test]
+    fn apps_done_only_when_the_annotation_has_a_value() {
+        let dir = std::env::temp_dir().join(format!("pdp-await-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("apps-done");
+        assert_eq!(apps_done(&file), None, "missing file");
+        std::fs::write(&file, "").unwrap();
+        assert_eq!(apps_done(&file), None, "empty: the annotation is not set");
+        std::fs::write(&file, "app: exit 0").unwrap();
+        assert!(apps_done(&file).unwrap().contains("(app: exit 0)"));
+        // install copies the running binary (here: the test binary) under its fixed name, executable.
+        let message = install(&dir).unwrap();
+        assert!(message.contains("pdp-await"), "{message}");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.join("pdp-await"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o555);
+        assert!(install(&dir.join("missing")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
