@@ -475,6 +475,9 @@ class Harness:
         # The webhook's namespace, ServiceAccount and least-privilege RBAC, from manifests/base.
         for f in ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"]:
             self.kubectl("apply", "-f", str(REPO / "manifests/base" / f))
+        # Before 1.29 the webhook watches run-to-completion Pods with classic sidecars, as overlays/k8s-1.20 allows.
+        if not self.native_sidecars():
+            self.kubectl("apply", "-f", str(REPO / "manifests/components/classic-sidecars/rbac.yaml"))
         self.kubectl("label", "namespace", "pdp-system", f"{NAME_LABEL}=pdp-system", "--overwrite")
 
     def write_config(self):
@@ -820,9 +823,17 @@ def check_sidecar(h, p, stored, expected, namespace_doc=None):
               f"1.{h.server_minor} supports native sidecars, but {name} is not a native sidecar")
         return
     check(regular and not init, f"1.{h.server_minor} has no native sidecars, but {name} is not a classic container")
+    # The classic form: first among the containers, held there by its postStart wait, its helper from the init
+    # container pdp-injector-tools (mounted read-only), and otherwise the native form's container.
+    check(stored["spec"]["containers"][0]["name"] == name, f"the classic sidecar {name} is not the first container")
+    hook = (((regular.get("lifecycle") or {}).get("postStart") or {}).get("exec") or {}).get("command") or []
+    check(hook[1:2] == ["wait"], f"the classic sidecar has no postStart wait: {hook}")
+    check(by_name(stored["spec"].get("initContainers"), "pdp-injector-tools"), "no init container pdp-injector-tools")
     native = by_name(h.offline(p, namespace_doc=namespace_doc, native=True)[0]["spec"]["initContainers"], name)
+    mounts = [m for m in regular.get("volumeMounts") or [] if m["name"] != "pdp-injector-tools"]
+    check(len(mounts) + 1 == len(regular.get("volumeMounts") or []), "the classic sidecar does not mount its helper")
     for k in ["image", "args", "ports", "securityContext", "resources", "volumeMounts", "readinessProbe"]:
-        d = diff_subset(native.get(k), regular.get(k))
+        d = diff_subset(native.get(k), mounts if k == "volumeMounts" else regular.get(k))
         check(not d, f"classic sidecar .{k} differs from the native one: {'; '.join(d[:3])}")
 
 
