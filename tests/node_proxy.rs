@@ -978,6 +978,44 @@ async fn the_certificate_rotates_without_a_restart_and_a_bad_file_keeps_the_last
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_connection_limit_a_freed_place_goes_to_a_waiting_client_of_either_listener() {
+    let dir = TempDir::new("limit");
+    let _a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
+    let mut f = flags(&dir);
+    // One place, two listeners (TCP and the socket): an idle listener must not keep the place from a client
+    // of the other one. Twice in a row on each: a place handed to the other listener's idle loop would leave
+    // the second client unanswered.
+    f.max_connections = 1;
+    let front = proxy::start(f).await.unwrap();
+    for round in 0..2 {
+        for text in ["t1", "t2"] {
+            assert_eq!(
+                ask_tcp(&front, text).await,
+                Ok(format!("a:{text}")),
+                "round {round}"
+            );
+        }
+        for text in ["u1", "u2"] {
+            assert_eq!(
+                ask_unix(&front, text).await,
+                Ok(format!("a:{text}")),
+                "round {round}"
+            );
+        }
+    }
+    // At the limit a client waits, connected and unanswered, until the place is free.
+    let mut first = tcp(&front).await.unwrap();
+    assert_eq!(ask_on(&mut first, "1").await.unwrap(), "a:1");
+    let mut second = unix(&front).await.unwrap();
+    let waiting = tokio::spawn(async move { ask_on(&mut second, "2").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "answered beyond --max-connections");
+    drop(first);
+    assert_eq!(waiting.await.unwrap(), Ok("a:2".to_string()));
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_handshake_is_cut_off_and_frees_its_place() {
     use tls_support::*;
     let dir = TempDir::new("stall");
@@ -985,8 +1023,7 @@ async fn a_stalled_handshake_is_cut_off_and_frees_its_place() {
     write(&dir, &server, None);
     let _a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
     let mut f = tls_flags(&dir, false);
-    // One place, and one listener: an idle accept loop holds a place while it waits (the socket's would
-    // take the place the stalled client gives back).
+    // One place, and the TCP listener only.
     f.max_connections = 1;
     f.no_socket = true;
     f.tls_handshake_timeout = Duration::from_millis(300);

@@ -12,9 +12,10 @@ use super::pods::{self, Drift};
 use super::report::{Finding, Report, Section, Severity};
 use super::selectors;
 use super::workloads::{self, Owners, Workload};
+use crate::cluster::classic_sidecars;
 use crate::config::{Config, Mode, PssLevel};
 use crate::core::NamespaceInfo;
-use crate::names::LABEL_NAMESPACE_INJECTION;
+use crate::names::{ANNOTATION_APPS_DONE, LABEL_NAMESPACE_INJECTION};
 
 /// A read that may have failed (forbidden, unreachable): `Err` says why, and the report says what it could
 /// not check instead of guessing.
@@ -167,6 +168,24 @@ fn is_done(pod: &Pod) -> bool {
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
         )
+}
+
+/// How long after its app containers ended a classic sidecar may still run before `check` says so: the webhook
+/// marks the Pod within seconds, and the kubelet's liveness probe follows every 2 s.
+const CLASSIC_STOP_GRACE: i64 = 60;
+
+/// True when every container of the Pod that has ended did so before `at` (Unix seconds), and one has.
+fn ended_before(pod: &Pod, at: i64) -> bool {
+    let ends: Vec<i64> = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
+        .map(|t| t.finished_at.as_ref().map_or(i64::MAX, |f| f.0.as_second()))
+        .collect();
+    !ends.is_empty() && ends.iter().all(|t| *t < at)
 }
 
 fn is_ready(pod: &Pod) -> bool {
@@ -776,12 +795,18 @@ fn pods_section(
         .collect();
     let mut groups: BTreeMap<(Drift, Workload), (Vec<String>, String, bool)> = BTreeMap::new();
     let (mut compared, mut done) = (0, 0);
+    let mut unstopped: Vec<(String, String)> = Vec::new();
     for pod in pods {
         if is_done(pod) {
             done += 1;
             continue;
         }
         compared += 1;
+        if let Some(apps) = classic_sidecars::apps_done(pod)
+            && ended_before(pod, view.now - CLASSIC_STOP_GRACE)
+        {
+            unstopped.push((pod_name(pod), apps));
+        }
         let ns_name = pod.metadata.namespace.clone().unwrap_or_default();
         let empty = BTreeMap::new();
         let ns_labels = labels.get(ns_name.as_str()).unwrap_or(&empty);
@@ -823,6 +848,27 @@ fn pods_section(
             .iter()
             .map(|n| format!("{}/{n}", w.namespace))
             .collect();
+        section.push(f);
+    }
+    if let Some((first, apps)) = unstopped.first() {
+        let mut f = Finding::new(
+            Severity::Error,
+            "classic_sidecar_not_stopped",
+            "classic sidecars",
+            format!(
+                "{} whose app containers ended over {CLASSIC_STOP_GRACE} s ago still {} a running PDP sidecar, \
+                 so the Pod (and its Job) cannot complete ({first}: {apps}); the webhook sets \
+                 {ANNOTATION_APPS_DONE} on such Pods to stop it",
+                plural(unstopped.len(), "Pod"),
+                if unstopped.len() == 1 { "has" } else { "have" },
+            ),
+        )
+        .fix(
+            "give the webhook components/classic-sidecars (pods: list, watch, patch; overlays/k8s-1.20 has it) and \
+             look for \"watch of Pods with classic sidecars failed\" in its log; once it marks the Pods, their \
+             PDP stops within seconds",
+        );
+        f.pods = unstopped.into_iter().map(|(name, _)| name).collect();
         section.push(f);
     }
     section.summary = format!(
@@ -1667,6 +1713,61 @@ mod tests {
         assert!(find(&r, "config_loaded").message.contains(&hash));
         // Pods wired on a native-sidecar config are stale against it.
         assert_eq!(find(&r, "stale_config").pods.len(), 2);
+    }
+
+    #[test]
+    fn a_classic_sidecar_still_running_long_after_its_job_ended_is_said() {
+        let mut v = in_order();
+        v.native_sidecars = false;
+        let classic = Config::builtin().with_classic_sidecars();
+        let ns = NamespaceInfo::named("batch");
+        // A Job's Pod, wired in the classic form, whose app ended `ago` seconds before the check.
+        let job_pod = |name: &str, ago: i64, annotations: Value| -> Pod {
+            let p: Pod = from(
+                json!({"metadata": {"name": name, "namespace": "batch", "annotations": annotations},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "app", "image": "i"}]}}),
+            );
+            let Outcome::Injected(i) = core::inject(&p, &ns, &classic) else {
+                panic!("not injected")
+            };
+            let mut p = core::patched(&p, &i.patch).unwrap();
+            let ended = time::OffsetDateTime::from_unix_timestamp(v.now - ago).unwrap();
+            let ended = format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+                ended.year(),
+                u8::from(ended.month()),
+                ended.day(),
+                ended.hour(),
+                ended.minute(),
+                ended.second()
+            );
+            p.status = Some(from(json!({"phase": "Running", "containerStatuses": [
+                {"name": "cerbos-pdp", "state": {"running": {}}, "ready": true, "restartCount": 0, "image": "c", "imageID": ""},
+                {"name": "app", "state": {"terminated": {"exitCode": 0, "finishedAt": ended}}, "ready": false,
+                 "restartCount": 0, "image": "i", "imageID": ""}]})));
+            p
+        };
+        let inject = json!({"pdp-injector.io/inject": "sidecar"});
+        let mut marked = inject.clone();
+        marked[ANNOTATION_APPS_DONE] = json!("app: exit 0");
+        v.pods.as_mut().unwrap().extend([
+            job_pod("stuck", 300, inject.clone()),
+            // Ended a moment ago: the webhook has not had its few seconds yet.
+            job_pod("just-ended", 5, inject.clone()),
+            // Marked: its PDP is being stopped.
+            job_pod("marked", 300, marked),
+        ]);
+        let r = analyse(&v);
+        let f = find(&r, "classic_sidecar_not_stopped");
+        assert_eq!(f.pods, vec!["batch/stuck".to_string()]);
+        assert_eq!(f.severity, Severity::Error);
+        assert!(f.message.contains("app: exit 0"), "{}", f.message);
+        assert!(
+            f.fix
+                .as_deref()
+                .unwrap()
+                .contains("components/classic-sidecars")
+        );
     }
 
     #[test]

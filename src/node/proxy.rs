@@ -98,7 +98,8 @@ pub struct NodeProxyFlags {
     /// After SIGTERM, how long open connections get to finish before they are closed.
     #[arg(long, env = "PDP_NODE_PROXY_DRAIN_TIMEOUT", default_value = "25s", value_parser = duration_flag)]
     pub drain_timeout: Duration,
-    /// Client connections open at once; more wait in the kernel's accept backlog.
+    /// Client connections served at once; beyond, each listener holds one more accepted (unread) and the rest wait
+    /// in the kernel's accept backlog.
     #[arg(long, env = "PDP_NODE_PROXY_MAX_CONNECTIONS", default_value_t = 4096,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
@@ -736,7 +737,14 @@ enum Listener {
 async fn accept_loop(listener: Listener, route: Arc<Route>, shared: Arc<Shared>) {
     let mut phase = shared.phase.subscribe();
     loop {
-        // The permit first: at --max-connections, new clients wait in the kernel's backlog, not in memory.
+        let accepted = tokio::select! {
+            biased;
+            _ = phase.wait_for(|p| *p != Phase::Serving) => break,
+            accepted = accept(&listener) => accepted,
+        };
+        // The permit after the accept, so that an idle listener never holds one that a client of another
+        // listener is waiting for. At --max-connections each listener holds at most this one client, unread,
+        // and the others wait in the kernel's backlog, not in memory.
         let permit = tokio::select! {
             biased;
             _ = phase.wait_for(|p| *p != Phase::Serving) => break,
@@ -744,11 +752,6 @@ async fn accept_loop(listener: Listener, route: Arc<Route>, shared: Arc<Shared>)
                 Ok(permit) => permit,
                 Err(_) => break,
             },
-        };
-        let accepted = tokio::select! {
-            biased;
-            _ = phase.wait_for(|p| *p != Phase::Serving) => break,
-            accepted = accept(&listener) => accepted,
         };
         match accepted {
             Ok((Stream::Tcp(stream), peer)) => {
