@@ -65,13 +65,7 @@ fn find<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
 
 /// The rules for one (input, output) pair of Pod templates. Returns how many containers were added.
 fn check_pair(input: &Value, output: &Value, config: &Config, ctx: &str) -> usize {
-    // The profiles' images, and the injector's own for a classic sidecar's helper (`toolsImage`).
-    let images: BTreeSet<&str> = config
-        .profiles
-        .values()
-        .map(|p| p.image.as_str())
-        .chain([config.tools_image.as_str()])
-        .collect();
+    let images: BTreeSet<&str> = config.added_images().collect();
     let socket_dirs: BTreeSet<&str> = config
         .profiles
         .values()

@@ -131,13 +131,7 @@ fn security_context(c: &Value) -> Option<k8s_openapi::api::core::v1::SecurityCon
 /// `restricted` security context; the only hostPath it adds is a profile's socket directory; app containers keep
 /// their own image, security context, and get no new privileges.
 pub fn assert_safe(before: &Value, after: &Value, config: &Config) {
-    // The profiles' images, and the injector's own for a classic sidecar's helper (`toolsImage`).
-    let images: Vec<&str> = config
-        .profiles
-        .values()
-        .map(|p| p.image.as_str())
-        .chain([config.tools_image.as_str()])
-        .collect();
+    let images: Vec<&str> = config.added_images().collect();
     let socket_dirs: Vec<&str> = config
         .profiles
         .values()

@@ -899,14 +899,17 @@ fn pdp_daemonset<'a>(names: &Names, profile: &str, all: &'a [DaemonSet]) -> Opti
     }
     let want = format!("{profile}-pdp");
     all.iter().find(|d| {
-        d.metadata.name.as_deref() == Some(want.as_str())
-            && d.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(PDP_COMPONENT_LABEL.0))
-                .map(String::as_str)
-                == Some(PDP_COMPONENT_LABEL.1)
+        d.metadata.name.as_deref() == Some(want.as_str()) && labelled(d, PDP_COMPONENT_LABEL)
     })
+}
+
+/// True when the DaemonSet carries the label `key=value`.
+fn labelled(ds: &DaemonSet, (key, value): (&str, &str)) -> bool {
+    ds.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .is_some_and(|v| v == value)
 }
 
 /// The `controller-revision-hash` of a DaemonSet's newest ControllerRevision: the revision its Pods should run.
@@ -1049,12 +1052,7 @@ fn nodes_section(
         // socket, so a node without it leaves its apps without a PDP as surely as a node without the PDP.
         if let Some(front) = daemonsets.iter().find(|d| {
             d.metadata.namespace.as_deref() == Some(ds_ns.as_str())
-                && d.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(FRONT_COMPONENT_LABEL.0))
-                    .map(String::as_str)
-                    == Some(FRONT_COMPONENT_LABEL.1)
+                && labelled(d, FRONT_COMPONENT_LABEL)
         }) {
             let covered = node_coverage(
                 section,

@@ -73,10 +73,10 @@ pub fn apps_done(pod: &Pod) -> Option<String> {
 /// Watches the labelled Pods of every namespace and marks those whose app containers have ended. Runs until the
 /// process ends; watch errors (a missing RBAC grant among them) are logged, counted and retried with backoff.
 pub async fn keep_stopping(client: kube::Client, counters: ClusterCounters) {
-    let pods: Api<Pod> = Api::all(client);
+    let pods: Api<Pod> = Api::all(client.clone());
     let selector = format!("{LABEL_CLASSIC_SIDECAR}={CLASSIC_SIDECAR_RUN_TO_COMPLETION}");
     info!(selector = %selector, "watching Pods with classic sidecars that run to completion");
-    let stream = watcher::watcher(pods.clone(), watcher::Config::default().labels(&selector))
+    let stream = watcher::watcher(pods, watcher::Config::default().labels(&selector))
         .default_backoff()
         .applied_objects();
     let mut stream = std::pin::pin!(stream);
@@ -95,7 +95,7 @@ pub async fn keep_stopping(client: kube::Client, counters: ClusterCounters) {
             continue;
         };
         let patch = serde_json::json!({"metadata": {"annotations": {ANNOTATION_APPS_DONE: why}}});
-        let result = Api::<Pod>::namespaced(pods.clone().into_client(), namespace)
+        let result = Api::<Pod>::namespaced(client.clone(), namespace)
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await;
         counters.classic_sidecar_stop(result.is_ok());

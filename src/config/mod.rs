@@ -663,6 +663,15 @@ impl Config {
         self
     }
 
+    /// Every image a container the injector adds may run: the profiles' PDPs, and its own image for a classic
+    /// sidecar's helper (`toolsImage`).
+    pub fn added_images(&self) -> impl Iterator<Item = &str> {
+        self.profiles
+            .values()
+            .map(|p| p.image.as_str())
+            .chain([self.tools_image.as_str()])
+    }
+
     /// Names of the profiles, for error messages.
     pub fn profile_names(&self) -> String {
         self.profiles.keys().cloned().collect::<Vec<_>>().join(", ")

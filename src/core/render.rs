@@ -687,8 +687,9 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
         }
         _ => None,
     };
+    let classic_added = classic.is_some();
     // An earlier profile of this Pod (`cerbos,flagd`) may have added the helper already.
-    let mut add_tools_init = classic.is_some();
+    let mut add_tools_init = classic_added;
 
     let mut new_volumes = Vec::new();
     let mut volume_count = None;
@@ -846,7 +847,6 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
         }
     }
 
-    let classic_added = sidecar.is_some() && !profile.sidecar.native;
     let status = match previous {
         Some(prev) => {
             let mut s = prev.clone();
