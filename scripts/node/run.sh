@@ -37,6 +37,12 @@ if [ -n "$free_gib" ] && [ "$free_gib" -lt "$need_gib" ]; then
     log "only ${free_gib} GiB free under /var (need ${need_gib}; NODE_MIN_FREE_GIB): free some space first"
     exit 1
 fi
+# One node tier per machine (fixed ports, the node address, containerd's state): a second run waits its turn.
+exec 8>/var/lock/pdp-injector-node-tier.lock
+if ! flock -n 8; then
+    log "another node tier run holds /var/lock/pdp-injector-node-tier.lock: waiting for it"
+    flock 8
+fi
 ours=1
 if [ -d "$STATE" ] && python3 "$HERE/cluster.py" status >/dev/null 2>&1; then
     log "a cluster is already up ($STATE): using it, leaving it up"
