@@ -4,7 +4,7 @@
 # The quota is a cgroup: v2 cpu.max where /sys/fs/cgroup is cgroup2 with the cpu controller, else v1
 # cpu.cfs_quota_us under /sys/fs/cgroup/cpu; the server is also pinned to CPU 0 with taskset. systemd-run
 # (`--scope -p CPUQuota=10%`) needs systemd as PID 1, which containers and CI sandboxes usually lack, so the test
-# writes the cgroup itself (root needed). Without any mechanism it prints "NOT MEASURED" and why.
+# writes the cgroup itself (root needed). Without any mechanism it prints "NOT MEASURED" and why, and fails.
 #
 #   scripts/cpu-quota.sh                       10% of a core
 #   PDP_CPU_QUOTA_PERCENT=5 scripts/cpu-quota.sh

@@ -13,6 +13,10 @@
 # The npm packages (mermaid, jsdom, and @cerbos/cerbos-linux-x64, which ships the cerbos binary) are cached in
 # ${PDP_DOCS_CACHE:-~/.cache/pdp-injector-docs}; PDP_DOCS_CERBOS=/path/to/cerbos uses another Cerbos binary.
 # Needs node and npm, curl, and ports 3592 and 3593 free on this machine.
+#
+#   scripts/docs-snippets.sh                 the pictures, then the snippets
+#   scripts/docs-snippets.sh --fetch-only    install the npm packages; print the cerbos binary's path
+#   scripts/docs-snippets.sh --mermaid-only  the pictures only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,15 +33,18 @@ npm_install() { # directory, packages...
     npm install --prefix "$dir" --no-save --no-audit --no-fund --loglevel=error "$@" >&2
 }
 
-echo "==> Mermaid pictures" >&2
+mode=all
+case "${1:-}" in
+    --fetch-only) mode=fetch ;;     # install the npm packages, print the cerbos binary's path (what .ci/run does first)
+    --mermaid-only) mode=mermaid ;; # only the pictures (.ci/run: the snippets already ran in its `cargo test`)
+    "") ;;
+    *) echo "usage: scripts/docs-snippets.sh [--fetch-only | --mermaid-only]" >&2; exit 2 ;;
+esac
+
 if [ ! -d "$cache/mermaid/node_modules/mermaid" ] || [ ! -d "$cache/mermaid/node_modules/jsdom" ]; then
     npm_install "$cache/mermaid" "mermaid@$MERMAID_NPM_VERSION" "jsdom@$JSDOM_NPM_VERSION"
 fi
-cp scripts/check-mermaid.mjs "$cache/mermaid/check-mermaid.mjs"
-node "$cache/mermaid/check-mermaid.mjs" README.md docs/*.md
-
-echo "==> app snippets against Cerbos" >&2
-if [ -z "${PDP_DOCS_CERBOS:-}" ]; then
+if [ -z "${PDP_DOCS_CERBOS:-}" ] && [ "$mode" != mermaid ]; then
     bin="$cache/cerbos/node_modules/@cerbos/cerbos-linux-x64/cerbos-linux-x64"
     if [ ! -x "$bin" ]; then
         case "$(uname -sm)" in
@@ -48,7 +55,27 @@ if [ -z "${PDP_DOCS_CERBOS:-}" ]; then
     fi
     PDP_DOCS_CERBOS="$bin"
 fi
+if [ "$mode" = fetch ]; then
+    echo "$PDP_DOCS_CERBOS"
+    exit 0
+fi
+
+echo "==> Mermaid pictures" >&2
+cp scripts/check-mermaid.mjs "$cache/mermaid/check-mermaid.mjs"
+node "$cache/mermaid/check-mermaid.mjs" README.md docs/*.md
+[ "$mode" = mermaid ] && exit 0
+
+echo "==> app snippets against Cerbos" >&2
 export PDP_DOCS_CERBOS
 "$PDP_DOCS_CERBOS" --version | head -1 >&2
-
-cargo test --test docs app_snippets_work_where_the_docs_say -- --nocapture
+# Selected exactly, and counted: a renamed test would otherwise run nothing and pass.
+test_name=snippets::app_snippets_work_where_the_docs_say_against_cerbos
+out=$(mktemp)
+status=0
+cargo test --locked --test docs -- --exact "$test_name" --nocapture 2>&1 | tee "$out" || status=$?
+if [ $status = 0 ] && ! grep -q '^test result: ok. 1 passed' "$out"; then
+    echo "docs-snippets: $test_name did not run exactly once (renamed?)" >&2
+    status=1
+fi
+rm -f "$out"
+exit $status

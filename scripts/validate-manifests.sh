@@ -672,6 +672,8 @@ echo "  references (PriorityClass, policy bindings, NetworkPolicy selectors and 
 echo "  ValidatingAdmissionPolicy CEL: evaluated offline with cel-expr-python ${CEL_VERSION}"
 if [[ -n "$bin" ]]; then
   echo "  pdp-injector config and daemonset wiring: checked with ${bin}"
+elif [[ "${CI:-}" == true ]]; then
+  die "no pdp-injector binary to check the config and the daemonset wiring with (set PDP_INJECTOR_BIN): under CI=true that is a failure, not a skip"
 else
   echo "  pdp-injector config and daemonset wiring: SKIPPED (no binary; set PDP_INJECTOR_BIN or build one)"
 fi

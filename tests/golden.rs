@@ -79,7 +79,7 @@ pub fn cases() -> Vec<(PathBuf, PathBuf)> {
 
 #[test]
 fn golden_files_match() {
-    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let update = common::refresh_requested("UPDATE_GOLDEN");
     let cases = cases();
     assert!(cases.len() >= 25, "only {} golden cases", cases.len());
     let mut failures = Vec::new();
@@ -176,4 +176,5 @@ fn golden_outputs_keep_every_input_field() {
 
 mod common {
     include!("common/contains.rs");
+    include!("common/skip.rs");
 }

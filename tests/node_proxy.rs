@@ -15,6 +15,7 @@ use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::task::JoinHandle;
 
 include!("common/tls_client.rs");
+include!("common/skip.rs");
 
 /// A directory removed at the end of the test.
 struct TempDir(PathBuf);
@@ -1098,7 +1099,7 @@ async fn tls_flags_that_contradict_or_files_that_are_bad_fail_at_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listening_on_the_ipv6_wildcard_serves_both_families() {
     if std::net::TcpListener::bind("[::1]:0").is_err() {
-        eprintln!("SKIPPED: this machine has no IPv6 loopback (::1)");
+        cannot_run("this machine has no IPv6 loopback (::1)");
         return;
     }
     let dir = TempDir::new("dual");
@@ -1115,7 +1116,7 @@ async fn listening_on_the_ipv6_wildcard_serves_both_families() {
     assert_eq!(ask_at(&format!("[::1]:{port}")).await.unwrap(), "a:x");
     let v6only = std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").unwrap_or_default();
     if v6only.trim() == "1" {
-        eprintln!("SKIPPED the IPv4 half: net.ipv6.bindv6only is 1 here, so [::] serves IPv6 only");
+        cannot_run("the IPv4 half: net.ipv6.bindv6only is 1 here, so [::] serves IPv6 only");
     } else {
         assert_eq!(ask_at(&format!("127.0.0.1:{port}")).await.unwrap(), "a:x");
     }
@@ -1395,10 +1396,8 @@ mod cerbos {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_cerbos_behind_the_front_and_its_replacement() {
     let Some(bin) = cerbos::binary() else {
-        // Not cached here: scripts/docs-snippets.sh fetches it. Said loudly rather than passed silently.
-        eprintln!(
-            "SKIPPED: no cerbos binary (run scripts/docs-snippets.sh once, or set PDP_DOCS_CERBOS)"
-        );
+        // Not cached here: scripts/docs-snippets.sh (and .ci/run, before the tests) fetches it.
+        cannot_run("no cerbos binary (run scripts/docs-snippets.sh once, or set PDP_DOCS_CERBOS)");
         return;
     };
     let dir = TempDir::new("cerbos");
@@ -1473,9 +1472,7 @@ async fn real_cerbos_behind_the_front_and_its_replacement() {
 async fn real_cerbos_grpc_over_tls_through_the_front() {
     use tls_support::*;
     let Some(bin) = cerbos::binary() else {
-        eprintln!(
-            "SKIPPED: no cerbos binary (run scripts/docs-snippets.sh once, or set PDP_DOCS_CERBOS)"
-        );
+        cannot_run("no cerbos binary (run scripts/docs-snippets.sh once, or set PDP_DOCS_CERBOS)");
         return;
     };
     let dir = TempDir::new("cerbos-tls");

@@ -3,6 +3,8 @@
 # sure etcd, Go and the helpers are installed. Prints the path of the cached binary on its last stdout line.
 #
 #   build-apiserver.sh [COMPONENT...]
+#   build-apiserver.sh --packages-only   install the Debian packages (runtime, E2E_EXTRA_PKGS, the build's) only
+#   build-apiserver.sh --cached COMPONENT...   exit 0 when every component is cached, 1 otherwise; installs nothing
 #
 # With arguments (cmd/ names of the same source tree: kube-apiserver, kubelet, kube-controller-manager,
 # kube-scheduler, kube-proxy, ...), makes sure each is cached as $E2E_CACHE_DIR/<component>-<version> and prints
@@ -26,6 +28,11 @@ CACHE_DIR=${E2E_CACHE_DIR:-/var/cache/pdp-injector-e2e}
 SRC_VERSION=${E2E_KUBE_SRC_VERSION:-1.20.5+really1.20.2}
 UPSTREAM=${SRC_VERSION##*really}           # 1.20.2
 LOG="$CACHE_DIR/build-$UPSTREAM.log"
+mode=build
+case "${1:-}" in
+    --packages-only) mode=packages; shift ;;
+    --cached) mode=cached; shift ;;
+esac
 COMPONENTS=("$@")
 [ ${#COMPONENTS[@]} -gt 0 ] || COMPONENTS=(kube-apiserver)
 for c in "${COMPONENTS[@]}"; do
@@ -36,6 +43,11 @@ log() { printf '[build-apiserver] %s\n' "$*" >&2; }
 unavailable() { log "UNAVAILABLE: $*"; exit 3; }
 
 mkdir -p "$CACHE_DIR"
+cached() { [ -x "$CACHE_DIR/$1-$UPSTREAM" ] && "$CACHE_DIR/$1-$UPSTREAM" --version >/dev/null 2>&1; }
+if [ $mode = cached ]; then
+    for c in "${COMPONENTS[@]}"; do cached "$c" || exit 1; done
+    exit 0
+fi
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo -n "$@"; else return 1; fi; }
 
@@ -66,8 +78,14 @@ need_pkgs() {  # install the Debian packages among "$@" that are missing
 # Runtime needs: etcd (the apiserver's store) and openssl (certs). kubectl comes with the machine image; if it is
 # missing, the cached build includes one (see below).
 need_pkgs etcd-server openssl ${E2E_EXTRA_PKGS:-}
+BUILD_PKGS="golang-go golang-github-modern-go-reflect2-dev rsync dpkg-dev make"
+if [ $mode = packages ]; then
+    # shellcheck disable=SC2086
+    need_pkgs $BUILD_PKGS
+    log "packages installed"
+    exit 0
+fi
 
-cached() { [ -x "$CACHE_DIR/$1-$UPSTREAM" ] && "$CACHE_DIR/$1-$UPSTREAM" --version >/dev/null 2>&1; }
 missing_components() { local c; for c in "${COMPONENTS[@]}"; do cached "$c" || echo "$c"; done; }
 print_paths() { local c; for c in "${COMPONENTS[@]}"; do echo "$CACHE_DIR/$c-$UPSTREAM"; done; }
 
@@ -86,7 +104,8 @@ mapfile -t MISSING < <(missing_components)
 if [ ${#MISSING[@]} -eq 0 ]; then print_paths; exit 0; fi
 
 log "not cached: ${MISSING[*]} $UPSTREAM: building from Debian's source package kubernetes=$SRC_VERSION (5-10 min on 2 cores)"
-need_pkgs golang-go golang-github-modern-go-reflect2-dev rsync dpkg-dev make
+# shellcheck disable=SC2086
+need_pkgs $BUILD_PKGS
 
 # deb-src for bookworm main, with the same signed-by keyring as the existing binary entry.
 SRC_LIST=/etc/apt/sources.list.d/pdp-injector-e2e-src.sources

@@ -57,14 +57,14 @@ prepare() {
         t=$(date +%s)
         log "cargo build --locked --bin pdp-injector"
         cargo build --locked --quiet --bin pdp-injector >&2
-        bin=target/debug/pdp-injector
+        bin=${CARGO_TARGET_DIR:-target}/debug/pdp-injector
         log "webhook binary ready ($(( $(date +%s) - t ))s)"
     fi
     [ -x "$bin" ] || { log "no pdp-injector binary at $bin"; return 1; }
     # pdp-await, the classic sidecars' helper (the webhook image carries it, as the Dockerfile's does): static,
     # built in its own directory (its .cargo/config.toml links it statically); a few seconds.
     local await_bin=tools/pdp-await/target/release/pdp-await
-    (cd tools/pdp-await && cargo build --locked --quiet --release) >&2
+    (cd tools/pdp-await && CARGO_TARGET_DIR=target cargo build --locked --quiet --release) >&2
     [ -x "$await_bin" ] || { log "no pdp-await binary at $await_bin"; return 1; }
 
     IMAGES=()

@@ -11,7 +11,7 @@ use pdp_injector::config::Config;
 use pdp_injector::offline;
 use serde_json::{Value, json};
 
-use crate::support::{BIN, Running, TempDir, free_port, have, read, root, wait_for};
+use crate::support::{BIN, Running, TempDir, cannot_run, free_port, have, read, root, wait_for};
 
 /// A directory with a `kubectl` that prints `output` whatever it is asked, for cluster snippets.
 fn kubectl_stub(dir: &Path, output: &Path) -> String {
@@ -54,7 +54,7 @@ fn sh_block(file: &str, needle: &str) -> String {
 #[test]
 fn readme_quick_start_and_log_query_run() {
     if !have("curl") || !have("python3") {
-        eprintln!("SKIPPED: the README quick start needs curl and python3");
+        cannot_run("the README quick start needs curl and python3");
         return;
     }
     let readme = read("README.md");
@@ -126,7 +126,7 @@ fn readme_quick_start_and_log_query_run() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("CERBOS_PDP_ADDR"));
 
     if !have("jq") {
-        eprintln!("SKIPPED: docs/snippets/review-log.sh needs jq");
+        cannot_run("docs/snippets/review-log.sh needs jq");
         return;
     }
     // docs/operations.md's log query, on this server's log (kubectl logs replaced by the log file).
@@ -173,7 +173,7 @@ fn run_with_pods(snippet: &str, list: &Value) -> String {
 #[test]
 fn config_hashes_query_runs() {
     if !have("jq") {
-        eprintln!("SKIPPED: docs/snippets/config-hashes.sh needs jq");
+        cannot_run("docs/snippets/config-hashes.sh needs jq");
         return;
     }
     // The Pods of two examples as the webhook stores them, plus one that was not injected.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use pdp_injector::config::Config;
 use pdp_injector::offline;
 
-use crate::support::{Running, TempDir, read, root, wait_for};
+use crate::support::{Running, TempDir, cannot_run, read, root, wait_for};
 
 /// The ways a Pod can be wired, with the example whose rendered environment the app sees.
 const MODES: [(&str, &str); 4] = [
@@ -188,8 +188,8 @@ fn start_cerbos(bin: &str, args: &[String], dir: &Path) -> Running {
 #[test]
 fn app_snippets_work_where_the_docs_say_against_cerbos() {
     let Some(bin) = std::env::var_os("PDP_DOCS_CERBOS") else {
-        eprintln!(
-            "SKIPPED: set PDP_DOCS_CERBOS to a cerbos binary (scripts/docs-snippets.sh does) to run the app snippets"
+        cannot_run(
+            "set PDP_DOCS_CERBOS to a cerbos binary (scripts/docs-snippets.sh and .ci/run do) to run the app snippets",
         );
         return;
     };

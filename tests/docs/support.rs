@@ -19,10 +19,15 @@ pub fn read(rel: &str) -> String {
     fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
-/// `UPDATE_DOCS` is set: refresh the expected files instead of comparing.
+/// `UPDATE_DOCS=1`: refresh the expected files instead of comparing (refused under CI=true).
 pub fn updating() -> bool {
-    std::env::var_os("UPDATE_DOCS").is_some()
+    skip::refresh_requested("UPDATE_DOCS")
 }
+
+mod skip {
+    include!("../common/skip.rs");
+}
+pub use skip::cannot_run;
 
 /// The Markdown files of the guide, relative to the repository root.
 pub fn markdown_files() -> Vec<String> {
