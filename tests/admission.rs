@@ -209,11 +209,43 @@ fn bad_bodies_are_errors_not_panics() {
 
 #[test]
 fn patch_pointers_escape_slash_and_tilde() {
-    let before = json!({"metadata": {"annotations": {"a": "1"}}});
-    let after = json!({"metadata": {"annotations": {"a": "1", "x/y~z": "2"}}});
-    let patch = json_patch::diff(&before, &after);
-    let text = serde_json::to_string(&patch).unwrap();
-    assert!(text.contains("/metadata/annotations/x~1y~0z"), "{text}");
+    // Through the webhook's own path: the annotation keys it writes hold `/`, and the keys of a Pod it extends
+    // can hold `~` and `/` too; the patch must address them escaped and apply to exactly those keys.
+    let mut r = fixture();
+    r["request"]["object"]["metadata"]["annotations"] = json!({
+        "pdp-injector.io/inject": "sidecar",
+        "pdp-injector.io/profile": "cerbos,flagd",
+        "x/y~z": "kept",
+    });
+    let out = answer(r.to_string().as_bytes(), &unlabelled);
+    let resp = &out["response"];
+    assert_eq!(resp["allowed"], true, "{resp}");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(resp["patch"].as_str().unwrap())
+        .unwrap();
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    assert!(
+        text.contains("\"/metadata/annotations/pdp-injector.io~1status"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("/metadata/annotations/pdp-injector.io/"),
+        "{text}"
+    );
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+    let mut pod = r["request"]["object"].clone();
+    json_patch::patch(&mut pod, &patch).unwrap();
+    let annotations = pod["metadata"]["annotations"].as_object().unwrap();
+    assert_eq!(annotations["x/y~z"], "kept");
+    let ours: Vec<&String> = annotations
+        .keys()
+        .filter(|k| k.starts_with("pdp-injector.io/status"))
+        .collect();
+    assert!(ours.len() >= 2, "a status per profile: {ours:?}");
+    for key in ours {
+        let status: Value = serde_json::from_str(annotations[key].as_str().unwrap()).unwrap();
+        assert!(status["profile"].is_string(), "{key}: {status}");
+    }
 }
 
 #[test]

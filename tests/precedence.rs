@@ -220,3 +220,40 @@ fn reason_codes_are_unique_snake_case() {
         assert_eq!(serde_json::to_value(r).unwrap(), serde_json::json!(code));
     }
 }
+
+/// `check` judges the namespace label with `core::decide::namespace_mode`; the webhook decides with `decide`.
+/// Every value, valid or not, must mean the same to both (a second parser once called `central` invalid).
+#[test]
+fn namespace_label_means_the_same_to_the_decision_and_to_check() {
+    use pdp_injector::core::decide::namespace_mode;
+    let mut sidecar_default = Config::builtin();
+    sidecar_default.default_mode = Mode::Sidecar;
+    let values = [
+        "enabled",
+        "sidecar",
+        "daemonset",
+        "central",
+        "disabled",
+        "",
+        "Enabled",
+        "CENTRAL",
+        "true",
+        " sidecar",
+        "daemonset,sidecar",
+        "none",
+    ];
+    for config in [&Config::builtin(), &sidecar_default] {
+        for value in values {
+            let decided = run(Some(value), None, config);
+            let judged = namespace_mode(value, config);
+            match (&decided, &judged) {
+                (Want::Inject(m), Ok(Some(j))) => assert_eq!(m, j, "{value:?}"),
+                (Want::Skip(Reason::NamespaceOptedOut), Ok(None)) => {}
+                (Want::Deny(Reason::InvalidNamespaceLabel), Err(msg)) => {
+                    assert!(msg.contains("central"), "{value:?}: {msg}")
+                }
+                _ => panic!("{value:?}: decide gives {decided:?}, check's parser {judged:?}"),
+            }
+        }
+    }
+}

@@ -614,13 +614,11 @@ fn fail_entry(view: &ClusterView) -> Option<&MutatingWebhook> {
 }
 
 /// The mode a namespace label asks for, `Ok(None)` for `disabled`, `Err` for a value the webhook refuses.
-fn namespace_mode(value: &str, config: Option<&Config>) -> Result<Option<Mode>, ()> {
-    match value {
-        "sidecar" => Ok(Some(Mode::Sidecar)),
-        "daemonset" => Ok(Some(Mode::Daemonset)),
-        "enabled" => Ok(Some(config.map_or(Mode::Daemonset, |c| c.default_mode))),
-        "disabled" => Ok(None),
-        _ => Err(()),
+/// The namespace label judged by the core's own parser (without a readable config: the built-in one's).
+fn namespace_mode(value: &str, config: Option<&Config>) -> Result<Option<Mode>, String> {
+    match config {
+        Some(c) => crate::core::decide::namespace_mode(value, c),
+        None => crate::core::decide::namespace_mode(value, &Config::builtin()),
     }
 }
 
@@ -653,7 +651,7 @@ fn namespaces_section(
             continue;
         }
         let mode = match namespace_mode(value, config) {
-            Err(()) => {
+            Err(valid) => {
                 section.push(
                     Finding::new(
                         Severity::Error,
@@ -661,7 +659,7 @@ fn namespaces_section(
                         &subject,
                         format!(
                             "{LABEL_NAMESPACE_INJECTION}={value} is not a valid value: the webhook refuses its Pods \
-                             (valid: enabled, sidecar, daemonset, disabled)"
+                             ({valid})"
                         ),
                     )
                     .fix(format!("kubectl label namespace {name} {LABEL_NAMESPACE_INJECTION}=enabled --overwrite")),
@@ -1402,6 +1400,38 @@ mod tests {
                 .message
                 .contains("socket is dropped")
         );
+    }
+
+    #[test]
+    fn every_valid_namespace_label_is_judged_as_the_webhook_decides() {
+        // check's judgement of the label is the core's: central is a mode, not an error; a bad value is one.
+        for (value, error) in [
+            ("central", false),
+            ("sidecar", false),
+            ("daemonset", false),
+            ("enabled", false),
+            ("disabled", false),
+            ("centrall", true),
+        ] {
+            let mut v = in_order();
+            if let Ok(all) = v.namespaces.as_mut() {
+                all.push(namespace(
+                    "moving",
+                    json!({LABEL_NAMESPACE_INJECTION: value}),
+                ));
+            }
+            let r = analyse(&v);
+            let errors = codes(&r, Severity::Error);
+            assert_eq!(
+                errors.contains(&"invalid_namespace_label".to_string()),
+                error,
+                "{value}: {}",
+                r.to_text(false)
+            );
+            if error {
+                assert!(r.to_text(false).contains("central"), "{}", r.to_text(false));
+            }
+        }
     }
 
     #[test]

@@ -80,6 +80,18 @@ pub fn namespace_label_value(value: &str) -> Result<String, String> {
     }
 }
 
+/// The mode a value of the namespace label asks for: `None` for `disabled`, the config's default mode for
+/// `enabled`, an error listing the valid values otherwise. `decide` and `check` judge the label with this one
+/// parser, so the two cannot disagree on a value.
+pub fn namespace_mode(value: &str, config: &Config) -> Result<Option<Mode>, String> {
+    match parse_choice(value) {
+        Some(PodChoice::Mode(m)) => Ok(Some(m)),
+        Some(PodChoice::Enabled) => Ok(Some(config.default_mode)),
+        Some(PodChoice::Disabled) => Ok(None),
+        None => Err(format!("valid values are {NAMESPACE_VALUES}")),
+    }
+}
+
 fn parse_choice(value: &str) -> Option<PodChoice> {
     match value {
         "sidecar" => Some(PodChoice::Mode(Mode::Sidecar)),

@@ -276,21 +276,18 @@ fn wire_more(
         let json = lent.to_string();
         let view = PodView::parse(&json).map_err(internal)?;
         let out = render(&view, &sub, config)?;
-        let status_path = format!(
-            "/metadata/annotations/{}",
-            ANNOTATION_STATUS.replace('/', "~1")
-        );
-        let own_path = format!("/metadata/annotations/{}", key.replace('/', "~1"));
+        // Pointers from their tokens (RFC 6901 escapes `~` and `/`), as every other path of the patch.
+        let status_path = super::patch::pointer(["metadata", "annotations", ANNOTATION_STATUS]);
+        let own_path = super::patch::pointer(["metadata", "annotations", key.as_str()]);
         let moved: Vec<PatchOperation> = out
             .patch
             .0
             .into_iter()
             .map(|mut op| {
                 if let PatchOperation::Add(add) = &mut op
-                    && add.path.as_str() == status_path
+                    && add.path == status_path
                 {
-                    add.path = json_patch::jsonptr::PointerBuf::parse(&own_path)
-                        .expect("an annotation key makes a valid pointer");
+                    add.path = own_path.clone();
                 }
                 op
             })

@@ -21,6 +21,9 @@
 //!   of docs/apps.md run against a real Cerbos started as the DaemonSet and as the sidecar run it, with the
 //!   environment the injector renders, and must work exactly where docs/apps.md says they do.
 //!
+//! - `security`: every test SECURITY.md's threat table cites exists where the row says and runs in CI, unless
+//!   the row says where it is checked instead ("not in CI: ...").
+//!
 //! Shared helpers (the repository's files, temporary directories, child processes) are in `support`.
 //!
 //! Refresh the expected files and the embedded blocks with `UPDATE_DOCS=1 cargo test --test docs`, then review
@@ -32,6 +35,7 @@ mod examples;
 mod markdown;
 mod metrics;
 mod references;
+mod security;
 mod snippets;
 mod support;
 mod tables;
