@@ -269,7 +269,7 @@ fn throttled(stat: &str) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root and a cgroup; run by scripts/cpu-quota.sh"]
+#[ignore = "not in CI: the benchmark routine runs it (scripts/cpu-quota.sh: release build, root, a writable cgroup)"]
 async fn p99_of_a_22_kib_review_under_a_tenth_of_a_core() {
     let percent = std::env::var("PDP_CPU_QUOTA_PERCENT")
         .ok()

@@ -1550,7 +1550,7 @@ enum Path3 {
 /// Latency per request through the front against the instance directly, and the front's CPU per request.
 /// `cargo test --release --test node_proxy -- --ignored --nocapture measure_the_front` (BENCHMARKS.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement, not a test: run it by name with --release"]
+#[ignore = "a measurement, not a test (BENCHMARKS.md): run it by name with --release"]
 async fn measure_the_front() {
     use cerbos::*;
     let rounds: usize = std::env::var("FRONT_ROUNDS")
