@@ -7,6 +7,8 @@
 #   3. cert-manager documents (Certificate, Issuer), for which kubernetes-validate has no schema, get a
 #      structural check instead: required fields, and every reference (issuerRef, CA Secret,
 #      cert-manager.io/inject-ca-from, the webhook's TLS Secret) resolves inside the rendered overlay.
+#      FeatureFlag objects (core.openfeature.dev/v1beta1, flagd's Kubernetes sync) likewise: the fields flagd
+#      reads, and every flagd --uri=core.openfeature.dev/<ns>/<name> names one of the overlay.
 #   4. Every namespaced object names its namespace (nothing lands in `default` by accident), no cluster-scoped
 #      one does, and no object appears twice.
 #   4a. References the schema cannot check: a Pod template's priorityClassName names a PriorityClass of the
@@ -75,8 +77,9 @@ else
   overlays=()
   for dir in manifests/overlays/*/; do
     # k8s-1.20 is the test shim for the real-node tier's Kubernetes 1.20 (policy/v1beta1 and no newer fields):
-    # it is checked by applying it to that apiserver (scripts/node), not against the 1.33 schema.
-    [[ "$(basename "$dir")" == k8s-1.20 ]] && continue
+    # it is checked by applying it to that apiserver (scripts/node), not against the 1.33 schema; so is
+    # flagd-node-k8s-1.20, built on it (rendered and checked structurally below, `k8s_120`).
+    [[ "$(basename "$dir")" == *k8s-1.20 ]] && continue
     [[ -f "${dir}kustomization.yaml" ]] && overlays+=("$(basename "$dir")")
   done
 fi
@@ -116,7 +119,7 @@ def split(outdir):
     prints 'total k8s certmanager' on stdout and problems on stderr; exit 1 on any problem."""
     docs = load(os.path.join(outdir, "rendered.yaml"))
     errors, seen = [], set()
-    k8s, cm = [], []
+    k8s, cm, of = [], [], []
     for i, d in enumerate(docs):
         for field in ("apiVersion", "kind"):
             if not d.get(field):
@@ -134,6 +137,8 @@ def split(outdir):
             errors.append(f"{ident(d)}: cluster-scoped object with a namespace")
         if d["apiVersion"].split("/")[0].endswith("cert-manager.io"):
             cm.append(d)
+        elif d["apiVersion"].split("/")[0] == "core.openfeature.dev":
+            of.append(d)
         else:
             k8s.append(d)
     os.makedirs(os.path.join(outdir, "k8s"), exist_ok=True)
@@ -142,10 +147,54 @@ def split(outdir):
         with open(os.path.join(outdir, "k8s", name + ".yaml"), "w") as f:
             yaml.safe_dump(d, f, sort_keys=False)
     errors += check_cert_manager(cm, docs)
+    errors += check_featureflags(of, docs)
     for e in errors:
         print(f"  error: {e}", file=sys.stderr)
-    print(len(docs), len(k8s), len(cm))
+    print(len(docs), len(k8s), len(cm) + len(of))
     return 1 if errors else 0
+
+
+def check_featureflags(of, docs):
+    """FeatureFlag objects (core.openfeature.dev, no schema in kubernetes-validate), as flagd v0.12.9's Kubernetes
+    sync reads them: v1beta1, spec.flagSpec.flags, each flag with state ENABLED|DISABLED, variants (an object)
+    and a defaultVariant among them; and every flagd --uri=core.openfeature.dev/<ns>/<name> of the overlay
+    names one of them."""
+    errors, names = [], set()
+    for d in of:
+        where = ident(d)
+        if d["apiVersion"] != "core.openfeature.dev/v1beta1" or d["kind"] != "FeatureFlag":
+            errors.append(f"{where}: {d['apiVersion']} {d['kind']} (expected core.openfeature.dev/v1beta1 FeatureFlag)")
+            continue
+        names.add((d["metadata"].get("namespace"), d["metadata"]["name"]))
+        flags = ((d.get("spec") or {}).get("flagSpec") or {}).get("flags")
+        if not isinstance(flags, dict) or not flags:
+            errors.append(f"{where}: spec.flagSpec.flags must be a non-empty object")
+            continue
+        unknown = set((d["spec"]["flagSpec"])) - {"flags", "$evaluators"}
+        if unknown:
+            errors.append(f"{where}: unknown spec.flagSpec fields {sorted(unknown)}")
+        for key, flag in flags.items():
+            if not isinstance(flag, dict):
+                errors.append(f"{where}: flag {key} is not an object")
+                continue
+            if flag.get("state") not in ("ENABLED", "DISABLED"):
+                errors.append(f"{where}: flag {key}: state {flag.get('state')!r} (ENABLED or DISABLED)")
+            variants = flag.get("variants")
+            if not isinstance(variants, dict) or not variants:
+                errors.append(f"{where}: flag {key}: variants must be a non-empty object")
+            elif flag.get("defaultVariant") not in variants:
+                errors.append(f"{where}: flag {key}: defaultVariant {flag.get('defaultVariant')!r} is not a variant")
+    prefix = "--uri=core.openfeature.dev/"
+    for d in docs:
+        if d.get("kind") != "DaemonSet":
+            continue
+        for c in d["spec"]["template"]["spec"].get("containers", []):
+            for a in c.get("args") or []:
+                if a.startswith(prefix):
+                    ns, _, name = a[len(prefix):].partition("/")
+                    if (ns, name) not in names:
+                        errors.append(f"{ident(d)}: {a} names no FeatureFlag of the overlay")
+    return errors
 
 
 def check_cert_manager(cm, docs):
@@ -647,7 +696,26 @@ def port_guard_cases():
     ]
 
 
-POD_POLICIES = {"pdp-node-port-guard": port_guard_cases}
+def flagd_port_guard_cases():
+    """(case, namespace, Pod, allowed?) for flagd-node-port-guard: ports 8013 and 8015."""
+    def pod(name, ports, host_network=False):
+        spec = {"containers": [{"name": "c", "image": "x", "ports": ports}]}
+        if host_network:
+            spec["hostNetwork"] = True
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    return [
+        ("containerPort 8013 without hostPort", "shop", pod("a", [{"containerPort": 8013}]), True),
+        ("hostPort 8013 in an app namespace", "shop", pod("b", [{"containerPort": 8013, "hostPort": 8013}]), False),
+        ("hostPort 8015 in an app namespace", "shop", pod("c", [{"containerPort": 1, "hostPort": 8015}]), False),
+        ("hostNetwork with containerPort 8015", "shop", pod("d", [{"containerPort": 8015}], host_network=True), False),
+        ("hostPort 8014", "shop", pod("e", [{"containerPort": 8014, "hostPort": 8014}]), True),
+        ("hostPort 3593 (the Cerbos guard's)", "shop", pod("f", [{"containerPort": 3593, "hostPort": 3593}]), True),
+        ("the front in flagd-node", "flagd-node",
+         pod("front", [{"containerPort": 8013, "hostPort": 8013}, {"containerPort": 8015, "hostPort": 8015}]), True),
+    ]
+
+
+POD_POLICIES = {"pdp-node-port-guard": port_guard_cases, "flagd-node-port-guard": flagd_port_guard_cases}
 
 
 if __name__ == "__main__":
@@ -757,7 +825,7 @@ for overlay in "${overlays[@]}"; do
   fi
 
   if [[ $ok -eq 1 ]]; then
-    echo "ok   overlay ${overlay}: ${total} documents (${passed} schema-valid against Kubernetes ${K8S_VERSION}, strict; ${n_cm} cert-manager checked${refs_note}${wiring_note})"
+    echo "ok   overlay ${overlay}: ${total} documents (${passed} schema-valid against Kubernetes ${K8S_VERSION}, strict; ${n_cm} cert-manager or FeatureFlag checked${refs_note}${wiring_note})"
   else
     echo "FAIL overlay ${overlay}: ${total} documents"
     failed+=("$overlay")
