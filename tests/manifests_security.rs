@@ -2,7 +2,7 @@
 //! (SECURITY.md): least-privilege RBAC, the two failure policies and what each webhook may see, and the
 //! webhook's own hardened Pod.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 
@@ -777,9 +777,10 @@ fn network_policy_component_admits_only_what_must_reach_the_webhook_and_the_pdp(
 }
 
 #[test]
-fn node_local_flagd_profiles_match_the_flagd_daemonset() {
-    // The shipped flagd-node profiles point apps at the ports the flagd-node DaemonSet publishes on the node,
-    // and never at a socket, which that DaemonSet does not serve.
+fn node_local_flagd_profiles_match_the_flagd_front_and_daemonset() {
+    // The shipped flagd-node profiles point apps at the endpoints the flagd-node front owns (its hostPort and its
+    // stable socket), that front forwards each to the instance sockets flagd serves, and flagd itself owns no
+    // node port, so its DaemonSet can surge.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let config =
         pdp_injector::config::Config::load(&root.join("manifests/base/config.yaml")).unwrap();
@@ -787,44 +788,74 @@ fn node_local_flagd_profiles_match_the_flagd_daemonset() {
         .into_iter()
         .find(|d| d["kind"] == "DaemonSet")
         .unwrap();
+    assert_eq!(
+        ds["spec"]["updateStrategy"]["rollingUpdate"],
+        json!({"maxUnavailable": 0, "maxSurge": 1})
+    );
     let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], true, "the Kubernetes sync needs the token");
+    let flagd = &pod["containers"][0];
     assert!(
-        pod["volumes"]
+        flagd["ports"]
             .as_array()
             .unwrap()
             .iter()
-            .all(|v| v.get("hostPath").is_none())
+            .all(|p| p.get("hostPort").is_none()),
+        "flagd publishes nothing on the node"
     );
-    let flagd = &pod["containers"][0];
-    let host_ports: BTreeSet<u64> = flagd["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p["hostPort"].as_u64())
-        .collect();
-    assert_eq!(host_ports, BTreeSet::from([8013, 8015]));
-    let args: Vec<&str> = flagd["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
+    let args = strings(&flagd["args"]);
     assert!(
-        args.contains(&"--port=8013") && args.contains(&"--sync-port=8015"),
+        args.contains(&"--uri=core.openfeature.dev/flagd-node/flagd-node-flags".to_string()),
         "{args:?}"
     );
-    assert!(
-        !args.iter().any(|a| a.starts_with("--socket-path")),
-        "{args:?}"
+    let instance_socket = |flag: &str| {
+        let value = args
+            .iter()
+            .find_map(|a| a.strip_prefix(flag))
+            .unwrap_or_else(|| panic!("flagd has no {flag}: {args:?}"));
+        // One socket pair per Pod: named after the Pod, in the instances directory the front reads.
+        let suffix = value
+            .strip_prefix("/var/run/flagd-instances/$(POD_NAME)")
+            .unwrap_or_else(|| panic!("{flag}{value}"));
+        suffix.to_string()
+    };
+    let eval_suffix = instance_socket("--socket-path=");
+    let sync_suffix = instance_socket("--sync-socket-path=");
+    // The front: one listener pair per flagd endpoint, each to the instance sockets of its kind.
+    let front = docs("manifests/components/flagd-node/front.yaml")
+        .into_iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .unwrap();
+    let mut endpoints = BTreeMap::new();
+    for c in front["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+    {
+        let args = strings(&c["args"]);
+        let flag = |name: &str| {
+            args.iter()
+                .find_map(|a| a.strip_prefix(name))
+                .unwrap_or_else(|| panic!("{name} in {args:?}"))
+                .to_string()
+        };
+        assert_eq!(flag("--instances="), "/var/run/flagd-instances");
+        assert_eq!(flag("--tcp-backend="), flag("--socket-backend="));
+        let host_port = c["ports"][0]["hostPort"].as_u64().unwrap();
+        assert_eq!(flag("--listen="), format!("[::]:{host_port}"));
+        endpoints.insert(host_port, (flag("--socket="), flag("--tcp-backend=")));
+    }
+    assert_eq!(
+        endpoints,
+        BTreeMap::from([
+            (8013, ("/var/run/flagd/flagd.sock".to_string(), eval_suffix)),
+            (8015, ("/var/run/flagd/sync.sock".to_string(), sync_suffix)),
+        ])
     );
-    for (name, port, resolver) in [
-        ("flagd-node", 8013, "rpc"),
-        ("flagd-in-process", 8015, "in-process"),
-    ] {
+    for (name, resolver) in [("flagd-node", "rpc"), ("flagd-in-process", "in-process")] {
         let p = &config.profiles[name];
-        assert!(!p.host_socket, "{name} must not mount a node socket");
-        assert_eq!(p.address_port, port, "{name}");
-        assert!(host_ports.contains(&u64::from(p.address_port)), "{name}");
+        let (socket, _) = &endpoints[&u64::from(p.address_port)];
+        assert!(p.host_socket, "{name}: the front's socket where the hostPath is allowed");
+        assert_eq!(&format!("{}/{}", p.socket.dir, p.socket.file), socket, "{name}");
         let resolver_var = p
             .app_env
             .iter()
@@ -854,4 +885,12 @@ fn node_local_flagd_profiles_match_the_flagd_daemonset() {
         .as_ref()
         .unwrap();
     assert_eq!(field.field_path, "status.hostIP");
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
 }
