@@ -12,7 +12,8 @@ use pdp_injector::cluster;
 use pdp_injector::cluster::selfcerts;
 use pdp_injector::cluster::{NamespaceSource, NoCluster};
 use pdp_injector::config::Config;
-use pdp_injector::node::proxy::{self as node_proxy, NodeProxyFlags};
+use pdp_injector::node::groups as node_groups;
+use pdp_injector::node::proxy::NodeProxyFlags;
 use pdp_injector::tls::certs;
 use pdp_injector::tls::{TlsFiles, TlsMaterial};
 use pdp_injector::webhook::server::{self, ServeFlags, ServeOptions, TlsSource};
@@ -106,6 +107,9 @@ struct NodeProxyArgs {
     log: LogArgs,
     #[command(flatten)]
     flags: NodeProxyFlags,
+    /// One more listener pair in this process, for another PDP endpoint (repeatable; ';' separates them in the environment): comma-separated listen=ADDR (repeatable), socket=PATH, socket-mode=MODE, instances=DIR, tcp-backend=SUFFIX, socket-backend=SUFFIX or backend=SUFFIX (both). Example, flagd's sync endpoint: listen=[::]:8015,socket=/var/run/flagd/sync.sock,instances=/var/run/flagd-instances,backend=.sync.sock. Everything else (waits, timeouts, drain, --max-connections, each group its own) is this process's; TLS only on the front's own TCP addresses.
+    #[arg(long = "group", env = "PDP_NODE_PROXY_GROUPS", value_delimiter = ';', value_parser = node_groups::group_flag)]
+    groups: Vec<node_groups::Group>,
 }
 
 #[derive(Args)]
@@ -304,9 +308,12 @@ fn run_node_proxy(args: NodeProxyArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let running = node_proxy::start(args.flags).await?;
+        let groups = args.groups.iter().map(|g| g.flags(&args.flags));
+        let running =
+            node_groups::start_all(std::iter::once(args.flags.clone()).chain(groups).collect())
+                .await?;
         shutdown_signal().await;
-        running.shutdown().await;
+        node_groups::shutdown_all(running).await;
         anyhow::Ok(())
     })
 }

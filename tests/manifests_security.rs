@@ -793,7 +793,10 @@ fn node_local_flagd_profiles_match_the_flagd_front_and_daemonset() {
         json!({"maxUnavailable": 0, "maxSurge": 1})
     );
     let pod = &ds["spec"]["template"]["spec"];
-    assert_eq!(pod["automountServiceAccountToken"], true, "the Kubernetes sync needs the token");
+    assert_eq!(
+        pod["automountServiceAccountToken"], true,
+        "the Kubernetes sync needs the token"
+    );
     let flagd = &pod["containers"][0];
     assert!(
         flagd["ports"]
@@ -854,8 +857,15 @@ fn node_local_flagd_profiles_match_the_flagd_front_and_daemonset() {
     for (name, resolver) in [("flagd-node", "rpc"), ("flagd-in-process", "in-process")] {
         let p = &config.profiles[name];
         let (socket, _) = &endpoints[&u64::from(p.address_port)];
-        assert!(p.host_socket, "{name}: the front's socket where the hostPath is allowed");
-        assert_eq!(&format!("{}/{}", p.socket.dir, p.socket.file), socket, "{name}");
+        assert!(
+            p.host_socket,
+            "{name}: the front's socket where the hostPath is allowed"
+        );
+        assert_eq!(
+            &format!("{}/{}", p.socket.dir, p.socket.file),
+            socket,
+            "{name}"
+        );
         let resolver_var = p
             .app_env
             .iter()

@@ -3,7 +3,9 @@
 //! replaced without a moment where the node has no PDP (docs/deployment-models.md, "The node-local front").
 //!
 //! - [`route`]: which instance a connection goes to; pure, no I/O;
-//! - [`proxy`]: the listeners, the stable socket, the forwarding, the drain.
+//! - [`proxy`]: the listeners, the stable socket, the forwarding, the drain;
+//! - [`groups`]: several listener pairs in one process (`--group`), one front for every node-local PDP.
 
+pub mod groups;
 pub mod proxy;
 pub mod route;

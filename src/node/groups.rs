@@ -1,0 +1,238 @@
+//! Several listener pairs in one front process (`node-proxy --group ...`): one front per node for every
+//! node-local PDP, each PDP endpoint with its own ports, stable socket and instance sockets. flagd has two
+//! endpoints (evaluation and sync, each a port and a socket); Cerbos one (its gRPC port and its HTTP socket).
+//!
+//! A group is the existing listener pair of [`super::proxy`] (TCP addresses to one instance-socket suffix, a
+//! stable socket to another), started with [`super::proxy::start`] exactly as the front's own flags are: so
+//! each group has its own connection bound (`--max-connections`), drain and counters, and what differs between
+//! groups is only where they listen and where they forward. The rest (waits, timeouts, drain, rebalancing,
+//! stats) is the process's flags; TLS stays with the front's own TCP addresses (a group's TCP path is
+//! plaintext, said at the start of each group that has one).
+//!
+//! A group names only what it serves: `listen=ADDR` (repeatable) for TCP, `socket=PATH` for a stable socket,
+//! `instances=DIR`, and the suffixes (`tcp-backend=`, `socket-backend=`, or `backend=` for both). For example
+//! flagd's sync endpoint: `listen=[::]:8015,socket=/var/run/flagd/sync.sock,instances=/var/run/flagd-instances,backend=.sync.sock`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::node::proxy::{self, NodeProxyError, NodeProxyFlags, Running};
+use crate::node::route;
+
+/// One more listener pair, as written after `--group`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// The TCP addresses (none: no TCP).
+    pub listen: Vec<SocketAddr>,
+    /// The stable socket (none: no socket).
+    pub socket: Option<PathBuf>,
+    /// Permission bits of the stable socket (default: the process's --socket-mode).
+    pub socket_mode: Option<u32>,
+    /// The directory of this group's instance sockets.
+    pub instances: PathBuf,
+    /// Suffix of the instance sockets TCP connections go to.
+    pub tcp_backend: Option<String>,
+    /// Suffix of the instance sockets stable-socket connections go to.
+    pub socket_backend: Option<String>,
+}
+
+/// Parses a `--group` value: comma-separated `key=value` items (see the module docs).
+pub fn group_flag(text: &str) -> Result<Group, String> {
+    let mut listen = Vec::new();
+    let (mut socket, mut socket_mode, mut instances) = (None, None, None);
+    let (mut tcp_backend, mut socket_backend) = (None, None);
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (key, value) = item
+            .split_once('=')
+            .ok_or_else(|| format!("group item {item:?} is not key=value"))?;
+        fn once<T>(slot: &Option<T>, key: &str) -> Result<(), String> {
+            match slot {
+                Some(_) => Err(format!("group key {key:?} given twice")),
+                None => Ok(()),
+            }
+        }
+        match key {
+            "listen" => listen.push(
+                value
+                    .parse::<SocketAddr>()
+                    .map_err(|e| format!("group listen={value:?}: {e} (example: [::]:8015)"))?,
+            ),
+            "socket" => {
+                once(&socket, key)?;
+                socket = Some(PathBuf::from(value));
+            }
+            "socket-mode" => {
+                once(&socket_mode, key)?;
+                socket_mode = Some(route::mode_flag(value)?);
+            }
+            "instances" => {
+                once(&instances, key)?;
+                instances = Some(PathBuf::from(value));
+            }
+            "tcp-backend" | "socket-backend" | "backend" => {
+                let suffix = route::suffix_flag(value)?;
+                if key != "socket-backend" {
+                    once(&tcp_backend, key)?;
+                    tcp_backend = Some(suffix.clone());
+                }
+                if key != "tcp-backend" {
+                    once(&socket_backend, key)?;
+                    socket_backend = Some(suffix);
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "unknown group key {key:?}: listen, socket, socket-mode, instances, tcp-backend, socket-backend, backend"
+                ));
+            }
+        }
+    }
+    let instances = instances.ok_or("a group needs instances=DIR")?;
+    if listen.is_empty() && socket.is_none() {
+        return Err("a group serves nothing: give listen=ADDR, socket=PATH, or both".into());
+    }
+    if !listen.is_empty() && tcp_backend.is_none() {
+        return Err("a group with listen= needs tcp-backend= (or backend=)".into());
+    }
+    if socket.is_some() && socket_backend.is_none() {
+        return Err("a group with socket= needs socket-backend= (or backend=)".into());
+    }
+    Ok(Group {
+        listen,
+        socket,
+        socket_mode,
+        instances,
+        tcp_backend,
+        socket_backend,
+    })
+}
+
+impl Group {
+    /// The full flags of this group: the process's, with this group's endpoints, and no TLS.
+    pub fn flags(&self, process: &NodeProxyFlags) -> NodeProxyFlags {
+        let mut flags = process.clone();
+        flags.no_tcp = self.listen.is_empty();
+        flags.listen = Some(self.listen.clone());
+        flags.no_socket = self.socket.is_none();
+        if let Some(socket) = &self.socket {
+            flags.socket = socket.clone();
+        }
+        if let Some(mode) = self.socket_mode {
+            flags.socket_mode = mode;
+        }
+        flags.instances = self.instances.clone();
+        if let Some(suffix) = &self.tcp_backend {
+            flags.tcp_backend = suffix.clone();
+        }
+        if let Some(suffix) = &self.socket_backend {
+            flags.socket_backend = suffix.clone();
+        }
+        flags.tls_cert = None;
+        flags.tls_key = None;
+        flags.tls_client_ca = None;
+        flags
+    }
+}
+
+/// Starts every listener pair, in order; if one cannot start, those already started are drained and stopped
+/// and its error is returned (a front never runs with a part of its endpoints).
+pub async fn start_all(all: Vec<NodeProxyFlags>) -> Result<Vec<Running>, NodeProxyError> {
+    let mut running = Vec::with_capacity(all.len());
+    for flags in all {
+        match proxy::start(flags).await {
+            Ok(r) => running.push(r),
+            Err(e) => {
+                shutdown_all(running).await;
+                return Err(e);
+            }
+        }
+    }
+    Ok(running)
+}
+
+/// Drains every listener pair at once (each for up to its --drain-timeout) and waits for all.
+pub async fn shutdown_all(running: Vec<Running>) {
+    let tasks: Vec<_> = running
+        .into_iter()
+        .map(|r| tokio::spawn(r.shutdown()))
+        .collect();
+    for task in tasks {
+        let _ = task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_names_what_it_serves() {
+        let g = group_flag(
+            "listen=[::]:8015, socket=/var/run/flagd/sync.sock,instances=/var/run/flagd-instances,backend=.sync.sock",
+        )
+        .unwrap();
+        assert_eq!(g.listen, vec!["[::]:8015".parse().unwrap()]);
+        assert_eq!(g.socket, Some(PathBuf::from("/var/run/flagd/sync.sock")));
+        assert_eq!(g.tcp_backend.as_deref(), Some(".sync.sock"));
+        assert_eq!(g.socket_backend.as_deref(), Some(".sync.sock"));
+        let process = NodeProxyFlags::default();
+        let flags = g.flags(&process);
+        assert!(!flags.no_tcp && !flags.no_socket);
+        assert_eq!(flags.listen_addrs(), g.listen);
+        assert_eq!(flags.instances, PathBuf::from("/var/run/flagd-instances"));
+        // Inherited from the process: everything but the endpoints.
+        assert_eq!(flags.wait, process.wait);
+        assert_eq!(flags.max_connections, process.max_connections);
+        assert_eq!(flags.socket_mode, process.socket_mode);
+    }
+
+    #[test]
+    fn a_tcp_only_group_serves_no_socket_and_no_tls() {
+        let g =
+            group_flag("listen=0.0.0.0:8013,listen=[::1]:8013,instances=/i,tcp-backend=.eval.sock")
+                .unwrap();
+        let mut process = NodeProxyFlags::default();
+        process.tls_cert = Some("/tls/tls.crt".into());
+        process.tls_key = Some("/tls/tls.key".into());
+        let flags = g.flags(&process);
+        assert!(flags.no_socket);
+        assert_eq!(flags.listen_addrs().len(), 2);
+        assert!(flags.tls_files().is_none());
+        let socket_only =
+            group_flag("socket=/s/x.sock,socket-mode=660,instances=/i,socket-backend=.x")
+                .unwrap()
+                .flags(&process);
+        assert!(socket_only.no_tcp && !socket_only.no_socket);
+        assert_eq!(socket_only.socket_mode, 0o660);
+    }
+
+    #[test]
+    fn a_bad_group_is_refused_with_what_to_write() {
+        for (text, says) in [
+            ("listen=[::]:8015,backend=.s", "needs instances"),
+            ("instances=/i", "serves nothing"),
+            ("listen=[::]:8015,instances=/i", "needs tcp-backend"),
+            (
+                "socket=/s,instances=/i,tcp-backend=.t",
+                "needs socket-backend",
+            ),
+            ("listen=8015,instances=/i,backend=.s", "example: [::]:8015"),
+            (
+                "instances=/i,instances=/j,socket=/s,backend=.s",
+                "given twice",
+            ),
+            (
+                "instances=/i,socket=/s,backend=a/b",
+                "invalid instance socket suffix",
+            ),
+            (
+                "instances=/i,socket=/s,backend=.s,tls-cert=/c",
+                "unknown group key",
+            ),
+            ("instances", "not key=value"),
+        ] {
+            let err = group_flag(text).unwrap_err();
+            assert!(err.contains(says), "{text}: {err}");
+        }
+    }
+}
