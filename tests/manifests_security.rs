@@ -824,28 +824,55 @@ fn node_local_flagd_profiles_match_the_flagd_front_and_daemonset() {
     };
     let eval_suffix = instance_socket("--socket-path=");
     let sync_suffix = instance_socket("--sync-socket-path=");
-    // The front: one listener pair per flagd endpoint, each to the instance sockets of its kind.
+    // The front: one process, one listener pair per flagd endpoint (its own flags, then a --group), each to the
+    // instance sockets of its kind, read with the front's own parser.
     let front = docs("manifests/components/flagd-node/front.yaml")
         .into_iter()
         .find(|d| d["kind"] == "DaemonSet")
         .unwrap();
-    let mut endpoints = BTreeMap::new();
-    for c in front["spec"]["template"]["spec"]["containers"]
+    let containers = front["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    assert_eq!(containers.len(), 1, "one front process");
+    let host_ports: BTreeSet<u64> = containers[0]["ports"]
         .as_array()
         .unwrap()
-    {
-        let args = strings(&c["args"]);
-        let flag = |name: &str| {
-            args.iter()
-                .find_map(|a| a.strip_prefix(name))
-                .unwrap_or_else(|| panic!("{name} in {args:?}"))
-                .to_string()
-        };
-        assert_eq!(flag("--instances="), "/var/run/flagd-instances");
-        assert_eq!(flag("--tcp-backend="), flag("--socket-backend="));
-        let host_port = c["ports"][0]["hostPort"].as_u64().unwrap();
-        assert_eq!(flag("--listen="), format!("[::]:{host_port}"));
-        endpoints.insert(host_port, (flag("--socket="), flag("--tcp-backend=")));
+        .iter()
+        .filter_map(|p| p["hostPort"].as_u64())
+        .collect();
+    assert_eq!(host_ports, BTreeSet::from([8013, 8015]));
+    let args = strings(&containers[0]["args"]);
+    let flag = |name: &str| {
+        args.iter()
+            .find_map(|a| a.strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name} in {args:?}"))
+            .to_string()
+    };
+    let mut pairs = vec![(
+        flag("--listen="),
+        flag("--socket="),
+        flag("--instances="),
+        flag("--tcp-backend="),
+        flag("--socket-backend="),
+    )];
+    for group in args.iter().filter_map(|a| a.strip_prefix("--group=")) {
+        let g = pdp_injector::node::groups::group_flag(group).unwrap();
+        assert_eq!(g.listen.len(), 1, "{group}");
+        pairs.push((
+            g.listen[0].to_string(),
+            g.socket.unwrap().display().to_string(),
+            g.instances.display().to_string(),
+            g.tcp_backend.unwrap(),
+            g.socket_backend.unwrap(),
+        ));
+    }
+    let mut endpoints = BTreeMap::new();
+    for (listen, socket, instances, tcp_backend, socket_backend) in pairs {
+        assert_eq!(instances, "/var/run/flagd-instances");
+        assert_eq!(tcp_backend, socket_backend, "one flagd listener per endpoint");
+        let port: u64 = listen.rsplit(':').next().unwrap().parse().unwrap();
+        assert!(listen.starts_with("[::]:") && host_ports.contains(&port), "{listen}");
+        endpoints.insert(port, (socket, tcp_backend));
     }
     assert_eq!(
         endpoints,
