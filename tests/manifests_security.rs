@@ -97,6 +97,33 @@ fn rbac_is_least_privilege() {
             s(&["list", "watch", "patch"])
         )]
     );
+    // The node-local flagd: read FeatureFlag objects in its own namespace, nothing else, for its own
+    // ServiceAccount, whose token only the flagd Pods mount.
+    let flagd = docs("manifests/components/flagd-node/rbac.yaml");
+    let role = flagd.iter().find(|d| d["kind"] == "Role").unwrap();
+    assert_eq!(role["metadata"]["namespace"], "flagd-node");
+    assert_eq!(
+        rules(role),
+        vec![(
+            s(&["core.openfeature.dev"]),
+            s(&["featureflags"]),
+            vec![],
+            s(&["get", "list", "watch"])
+        )]
+    );
+    let binding = flagd.iter().find(|d| d["kind"] == "RoleBinding").unwrap();
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "flagd-node", "namespace": "flagd-node"}])
+    );
+    assert!(
+        docs("manifests/components/flagd-node/serviceaccount.yaml")
+            .iter()
+            .chain(&docs("manifests/components/flagd-node/front.yaml"))
+            .filter(|d| d["kind"] == "ServiceAccount")
+            .all(|sa| sa["automountServiceAccountToken"] == false)
+    );
+    assert!(!flagd.iter().any(|d| d.to_string().contains("\"*\"")));
     // No wildcard anywhere, and every binding is to the webhook's own ServiceAccount.
     for doc in base.iter().chain(&selfm).chain(&classic) {
         let text = doc.to_string();
