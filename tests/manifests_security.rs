@@ -896,9 +896,15 @@ fn node_local_flagd_profiles_match_the_flagd_front_and_daemonset() {
     let mut endpoints = BTreeMap::new();
     for (listen, socket, instances, tcp_backend, socket_backend) in pairs {
         assert_eq!(instances, "/var/run/flagd-instances");
-        assert_eq!(tcp_backend, socket_backend, "one flagd listener per endpoint");
+        assert_eq!(
+            tcp_backend, socket_backend,
+            "one flagd listener per endpoint"
+        );
         let port: u64 = listen.rsplit(':').next().unwrap().parse().unwrap();
-        assert!(listen.starts_with("[::]:") && host_ports.contains(&port), "{listen}");
+        assert!(
+            listen.starts_with("[::]:") && host_ports.contains(&port),
+            "{listen}"
+        );
         endpoints.insert(port, (socket, tcp_backend));
     }
     assert_eq!(

@@ -191,9 +191,11 @@ mod tests {
         let g =
             group_flag("listen=0.0.0.0:8013,listen=[::1]:8013,instances=/i,tcp-backend=.eval.sock")
                 .unwrap();
-        let mut process = NodeProxyFlags::default();
-        process.tls_cert = Some("/tls/tls.crt".into());
-        process.tls_key = Some("/tls/tls.key".into());
+        let process = NodeProxyFlags {
+            tls_cert: Some("/tls/tls.crt".into()),
+            tls_key: Some("/tls/tls.key".into()),
+            ..NodeProxyFlags::default()
+        };
         let flags = g.flags(&process);
         assert!(flags.no_socket);
         assert_eq!(flags.listen_addrs().len(), 2);
