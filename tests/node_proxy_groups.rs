@@ -62,13 +62,7 @@ fn instance(path: &Path, tag: &'static str) {
     });
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+include!("common/free_port.rs");
 
 fn ask<S: std::io::Read + Write>(mut stream: S, text: &str) -> String {
     writeln!(stream, "{text}").unwrap();

@@ -64,13 +64,7 @@ pub struct ServerProcess {
     pub log: PathBuf,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+include!("free_port.rs");
 
 /// Writes a CA and a serving certificate for localhost and 127.0.0.1 with the binary's own `certs` command.
 pub fn make_certs(dir: &Path) -> String {
