@@ -1156,6 +1156,43 @@ def _(h):
     assert_contains(expected, stored, "stored Pod")
 
 
+@case("flagd-node-manifests-accepted")
+def _(h):
+    # The node-local flagd as overlays/flagd-node-k8s-1.20 renders it, judged by this apiserver (1.20.2 when the
+    # tier builds its own): the FeatureFlag CRD (components/flagd-node-crd) and the namespace flagd-node created
+    # for real, then every object of the overlay sent as a server-side dry run, so this version's schemas,
+    # defaulting and admission see them and the FeatureFlag is checked against the CRD's schema. Only the CRD and
+    # the namespace are stored (no flagd runs: no image of it is reachable here).
+    if needs_local(h):
+        return
+    crd = REPO / "manifests/components/flagd-node-crd/featureflags-crd.yaml"
+    rendered = h.kubectl("kustomize", str(REPO / "manifests/overlays/flagd-node-k8s-1.20")).stdout
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    kinds = {d["kind"] for d in docs}
+    check({"FeatureFlag", "DaemonSet", "Role", "ValidatingAdmissionPolicy"} & kinds
+          == {"FeatureFlag", "DaemonSet", "Role"}, f"unexpected kinds in the 1.20 overlay: {sorted(kinds)}")
+    h.kubectl("apply", "-f", str(crd))
+    try:
+        h.kubectl("wait", "--for=condition=Established", "crd/featureflags.core.openfeature.dev", "--timeout=30s")
+        ns = next(d for d in docs if d["kind"] == "Namespace" and d["metadata"]["name"] == "flagd-node")
+        h.kubectl("apply", "-f", "-", input=ns)
+        out = h.kubectl("apply", "--dry-run=server", "-f", "-", input={"apiVersion": "v1", "kind": "List",
+                                                                        "items": docs}, check_rc=False)
+        check(out.returncode == 0, f"the apiserver refused objects of the overlay: {out.stderr.strip()[-800:]}")
+        lines = [line for line in out.stdout.splitlines() if line.strip()]
+        check(len(lines) == len(docs) and all("(server dry run)" in line for line in lines),
+              f"{len(lines)} of {len(docs)} objects answered as a server dry run: {lines[:5]}")
+        # A flag the CRD's schema forbids is refused by the apiserver, not only by flagd.
+        ff = copy.deepcopy(next(d for d in docs if d["kind"] == "FeatureFlag"))
+        ff["spec"]["flagSpec"]["flags"]["new-checkout"]["state"] = "ON"
+        bad = h.kubectl("apply", "--dry-run=server", "-f", "-", input=ff, check_rc=False)
+        check(bad.returncode != 0 and "state" in bad.stderr, f"a FeatureFlag with state ON: {bad.stderr.strip()}")
+    finally:
+        # No namespace controller runs here: the namespace stays Terminating, with nothing in it.
+        h.kubectl("delete", "namespace", "flagd-node", "--wait=false", check_rc=False)
+        h.kubectl("delete", "-f", str(crd), "--wait=false", check_rc=False)
+
+
 # -- the webhook down, then back ----------------------------------------------------------------------------------
 
 @case("webhook-down-ignore-admits-other-namespaces")
