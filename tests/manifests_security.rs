@@ -851,6 +851,28 @@ fn node_local_flagd_profiles_match_the_flagd_front_and_daemonset() {
     };
     let eval_suffix = instance_socket("--socket-path=");
     let sync_suffix = instance_socket("--sync-socket-path=");
+    // Every start of the flagd container first clears exactly those two sockets when stale (flagd will not bind
+    // over a file), with the helper the init container installed into the Pod's emptyDir.
+    let instance = |suffix: &str| format!("/var/run/flagd-instances/$(POD_NAME){suffix}");
+    assert_eq!(
+        strings(&flagd["command"]),
+        vec![
+            "/var/run/pdp-injector/tools/pdp-await".to_string(),
+            "exec".into(),
+            format!("--unlink-stale={}", instance(&eval_suffix)),
+            format!("--unlink-stale={}", instance(&sync_suffix)),
+            "--".into(),
+            "/flagd-build".into(),
+        ]
+    );
+    assert_eq!(
+        strings(&pod["initContainers"][1]["command"]),
+        vec![
+            "/usr/local/bin/pdp-await",
+            "install",
+            "/var/run/pdp-injector/tools"
+        ]
+    );
     // The front: one process, one listener pair per flagd endpoint (its own flags, then a --group), each to the
     // instance sockets of its kind, read with the front's own parser.
     let front = docs("manifests/components/flagd-node/front.yaml")

@@ -11,12 +11,17 @@
 //!   Downward API file of the annotation `pdp-injector.io/apps-done`, which the webhook sets once the Pod's app
 //!   containers have ended; the probe then fails, the kubelet stops the PDP (SIGTERM: it exits 0) and does not
 //!   restart it (`restartPolicy: Never`/`OnFailure`), so the Pod, and its Job, complete.
+//! - `exec --unlink-stale PATH... -- PROGRAM ARGS...`: the command of the node-local flagd
+//!   (manifests/components/flagd-node): removes each PATH that is a socket nobody answers on, then becomes
+//!   PROGRAM. flagd (Go) refuses to bind a socket path that exists and never removes one it did not close, so a
+//!   flagd container killed uncleanly (OOM, SIGKILL) could not restart in its Pod; this runs before every start
+//!   of that container (the helper lives in an emptyDir of the Pod, so it survives the restarts).
 //!
 //! Standard library only, linked statically: it runs inside images without a C library.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -30,7 +35,10 @@ const USAGE: &str = "usage:
   pdp-await wait --http HOST:PORT/PATH [--timeout 120s] [--interval 100ms]
                                                           exit 0 once GET answers 2xx/3xx; 1 at the timeout
   pdp-await apps-done FILE                                exit 1 when FILE is not empty (the app containers
-                                                          of a run-to-completion Pod have ended)";
+                                                          of a run-to-completion Pod have ended)
+  pdp-await exec [--unlink-stale PATH]... -- PROGRAM [ARG]...
+                                                          remove each PATH that is a socket nobody answers
+                                                          on, then run PROGRAM in this process";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -67,6 +75,17 @@ fn run(args: &[String]) -> Result<ExitCode, Usage> {
             }),
             _ => Err(Usage("apps-done takes one file".into())),
         },
+        Some("exec") => {
+            let (stale, program) = exec_args(&args[1..])?;
+            for path in &stale {
+                match unlink_stale(path) {
+                    Ok(Some(note)) => println!("pdp-await: {note}"),
+                    Ok(None) => {}
+                    Err(e) => eprintln!("pdp-await: {e}"),
+                }
+            }
+            Ok(report(exec(&program)))
+        }
         Some(other) => Err(Usage(format!("unknown command {other:?}"))),
         None => Err(Usage("no command".into())),
     }
@@ -106,6 +125,63 @@ fn set_executable(path: &Path) -> Result<(), String> {
     // Readable and runnable by any user: the PDP container runs as a user of its own.
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o555))
         .map_err(|e| format!("cannot make {} executable: {e}", path.display()))
+}
+
+/// `exec`'s arguments: the paths to clear, and the program with its arguments (after `--`).
+fn exec_args(args: &[String]) -> Result<(Vec<PathBuf>, Vec<String>), Usage> {
+    let split = args
+        .iter()
+        .position(|a| a == "--")
+        .ok_or_else(|| Usage("exec needs -- PROGRAM".into()))?;
+    let (flags, program) = (&args[..split], &args[split + 1..]);
+    if program.is_empty() {
+        return Err(Usage("exec needs a PROGRAM after --".into()));
+    }
+    let mut stale = Vec::new();
+    let mut rest = flags.iter();
+    while let Some(arg) = rest.next() {
+        match arg.split_once('=') {
+            Some(("--unlink-stale", v)) => stale.push(PathBuf::from(v)),
+            None if arg == "--unlink-stale" => stale.push(PathBuf::from(
+                rest.next()
+                    .ok_or_else(|| Usage("--unlink-stale needs a path".into()))?,
+            )),
+            _ => return Err(Usage(format!("unknown flag {arg:?}"))),
+        }
+    }
+    Ok((stale, program.to_vec()))
+}
+
+/// Removes `path` if it is a Unix socket that refuses connections (its process is gone); leaves anything else
+/// (a live socket, another kind of file) for the program to report. `Ok(None)`: nothing was there.
+fn unlink_stale(path: &Path) -> Result<Option<String>, String> {
+    use std::os::unix::fs::FileTypeExt;
+    let shown = path.display();
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot inspect {shown}: {e}")),
+        Ok(m) if !m.file_type().is_socket() => {
+            return Ok(Some(format!("{shown} is not a socket: left alone")));
+        }
+        Ok(_) => {}
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Ok(Some(format!("a process answers on {shown}: left alone"))),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            std::fs::remove_file(path).map_err(|e| format!("cannot remove {shown}: {e}"))?;
+            Ok(Some(format!("removed the stale socket {shown}")))
+        }
+        Err(e) => Ok(Some(format!("{shown}: {e}: left alone"))),
+    }
+}
+
+/// Replaces this process with `program` (same PID, so the kubelet's signals reach it); returns only on failure.
+fn exec(program: &[String]) -> Result<String, String> {
+    use std::os::unix::process::CommandExt;
+    let err = std::process::Command::new(&program[0])
+        .args(&program[1..])
+        .exec();
+    Err(format!("cannot run {}: {err}", program[0]))
 }
 
 /// What `wait` checks, and for how long.
@@ -398,6 +474,66 @@ mod tests {
         ]))
         .unwrap();
         assert!(wait(&o).unwrap_err().contains("last: HTTP 503"));
+    }
+
+    #[test]
+    fn exec_arguments() {
+        let (stale, program) = exec_args(&args(&[
+            "--unlink-stale",
+            "/a.sock",
+            "--unlink-stale=/b.sock",
+            "--",
+            "/flagd-build",
+            "start",
+        ]))
+        .unwrap();
+        assert_eq!(
+            stale,
+            vec![PathBuf::from("/a.sock"), PathBuf::from("/b.sock")]
+        );
+        assert_eq!(program, args(&["/flagd-build", "start"]));
+        for (bad, says) in [
+            (&["--unlink-stale", "/a"][..], "needs -- PROGRAM"),
+            (&["--"][..], "needs a PROGRAM"),
+            (&["--unlink-stale", "--"][..], "needs a PROGRAM"),
+            (&["--keep", "/a", "--", "x"][..], "unknown flag"),
+        ] {
+            let Usage(message) = exec_args(&args(bad)).unwrap_err();
+            assert!(message.contains(says), "{bad:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn only_a_socket_nobody_answers_on_is_removed() {
+        let dir = std::env::temp_dir().join(format!("pdp-await-stale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // A listener dropped without unlinking its path: what a killed process leaves.
+        let stale = dir.join("stale.sock");
+        drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+        let live = dir.join("live.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
+        let file = dir.join("file.sock");
+        std::fs::write(&file, "not a socket").unwrap();
+
+        assert!(
+            unlink_stale(&stale)
+                .unwrap()
+                .unwrap()
+                .contains("removed the stale socket")
+        );
+        assert!(!stale.exists());
+        assert!(unlink_stale(&live).unwrap().unwrap().contains("answers"));
+        assert!(live.exists());
+        assert!(
+            unlink_stale(&file)
+                .unwrap()
+                .unwrap()
+                .contains("not a socket")
+        );
+        assert!(file.exists());
+        assert_eq!(unlink_stale(&dir.join("absent.sock")), Ok(None));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
