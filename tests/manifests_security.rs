@@ -805,9 +805,9 @@ fn network_policy_component_admits_only_what_must_reach_the_webhook_and_the_pdp(
 
 #[test]
 fn node_local_flagd_profiles_match_the_flagd_front_and_daemonset() {
-    // The shipped flagd-node profiles point apps at the endpoints the flagd-node front owns (its hostPort and its
-    // stable socket), that front forwards each to the instance sockets flagd serves, and flagd itself owns no
-    // node port, so its DaemonSet can surge.
+    // The shipped flagd profiles point apps at the endpoints the flagd-node front owns (its hostPorts, and for
+    // the built-in profile its evaluation socket), that front forwards each to the instance sockets flagd
+    // serves, and flagd itself owns no node port, so its DaemonSet can surge.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let config =
         pdp_injector::config::Config::load(&root.join("manifests/base/config.yaml")).unwrap();
@@ -936,18 +936,29 @@ fn node_local_flagd_profiles_match_the_flagd_front_and_daemonset() {
             (8015, ("/var/run/flagd/sync.sock".to_string(), sync_suffix)),
         ])
     );
+    // The built-in flagd profile's node socket is the front's evaluation socket.
+    let builtin = &config.profiles["flagd"];
+    assert!(builtin.host_socket);
+    assert_eq!(
+        format!("{}/{}", builtin.socket.dir, builtin.socket.file),
+        endpoints[&u64::from(builtin.address_port)].0
+    );
+    // The in-process profile with a socket: the front's sync socket.
+    let sock = &config.profiles["flagd-in-process-socket"];
+    assert!(sock.host_socket);
+    assert_eq!(
+        format!("{}/{}", sock.socket.dir, sock.socket.file),
+        endpoints[&u64::from(sock.address_port)].0
+    );
+    // The node-local profiles: the front's ports, TCP only, so each can share a Pod with the cerbos profile.
     for (name, resolver) in [("flagd-node", "rpc"), ("flagd-in-process", "in-process")] {
         let p = &config.profiles[name];
-        let (socket, _) = &endpoints[&u64::from(p.address_port)];
         assert!(
-            p.host_socket,
-            "{name}: the front's socket where the hostPath is allowed"
+            endpoints.contains_key(&u64::from(p.address_port)),
+            "{name}: port {} is not the front's",
+            p.address_port
         );
-        assert_eq!(
-            &format!("{}/{}", p.socket.dir, p.socket.file),
-            socket,
-            "{name}"
-        );
+        assert!(!p.host_socket, "{name} mounts no node socket");
         let resolver_var = p
             .app_env
             .iter()
