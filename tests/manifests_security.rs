@@ -897,8 +897,11 @@ fn node_local_flagd_profiles_match_the_flagd_front_and_daemonset() {
             .unwrap_or_else(|| panic!("{name} in {args:?}"))
             .to_string()
     };
+    // Each pair listens on the default address of its port, [::]:PORT, which falls back to IPv4 on a node
+    // without IPv6 (an address given with --listen or listen= would be bound as written).
+    assert!(!args.iter().any(|a| a.starts_with("--listen")), "{args:?}");
     let mut pairs = vec![(
-        flag("--listen="),
+        flag("--port=").parse::<u16>().unwrap(),
         flag("--socket="),
         flag("--instances="),
         flag("--tcp-backend="),
@@ -906,9 +909,9 @@ fn node_local_flagd_profiles_match_the_flagd_front_and_daemonset() {
     )];
     for group in args.iter().filter_map(|a| a.strip_prefix("--group=")) {
         let g = pdp_injector::node::groups::group_flag(group).unwrap();
-        assert_eq!(g.listen.len(), 1, "{group}");
+        assert!(g.listen.is_empty(), "{group}");
         pairs.push((
-            g.listen[0].to_string(),
+            g.port.unwrap(),
             g.socket.unwrap().display().to_string(),
             g.instances.display().to_string(),
             g.tcp_backend.unwrap(),
@@ -916,17 +919,14 @@ fn node_local_flagd_profiles_match_the_flagd_front_and_daemonset() {
         ));
     }
     let mut endpoints = BTreeMap::new();
-    for (listen, socket, instances, tcp_backend, socket_backend) in pairs {
+    for (port, socket, instances, tcp_backend, socket_backend) in pairs {
         assert_eq!(instances, "/var/run/flagd-instances");
         assert_eq!(
             tcp_backend, socket_backend,
             "one flagd listener per endpoint"
         );
-        let port: u64 = listen.rsplit(':').next().unwrap().parse().unwrap();
-        assert!(
-            listen.starts_with("[::]:") && host_ports.contains(&port),
-            "{listen}"
-        );
+        let port = u64::from(port);
+        assert!(host_ports.contains(&port), "{port}");
         endpoints.insert(port, (socket, tcp_backend));
     }
     assert_eq!(

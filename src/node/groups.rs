@@ -9,9 +9,11 @@
 //! stats) is the process's flags; TLS stays with the front's own TCP addresses (a group's TCP path is
 //! plaintext, said at the start of each group that has one).
 //!
-//! A group names only what it serves: `listen=ADDR` (repeatable) for TCP, `socket=PATH` for a stable socket,
-//! `instances=DIR`, and the suffixes (`tcp-backend=`, `socket-backend=`, or `backend=` for both). For example
-//! flagd's sync endpoint: `listen=[::]:8015,socket=/var/run/flagd/sync.sock,instances=/var/run/flagd-instances,backend=.sync.sock`.
+//! A group names only what it serves: `port=PORT` for TCP on `[::]:PORT` (falling back to `0.0.0.0:PORT` on a
+//! node without IPv6, as the front's default address does) or `listen=ADDR` (repeatable, bound as written),
+//! `socket=PATH` for a stable socket, `instances=DIR`, and the suffixes (`tcp-backend=`, `socket-backend=`, or
+//! `backend=` for both). For example flagd's sync endpoint:
+//! `port=8015,socket=/var/run/flagd/sync.sock,instances=/var/run/flagd-instances,backend=.sync.sock`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,8 +24,10 @@ use crate::node::route;
 /// One more listener pair, as written after `--group`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Group {
-    /// The TCP addresses (none: no TCP).
+    /// The TCP addresses, bound as written (none: see `port`).
     pub listen: Vec<SocketAddr>,
+    /// The port of the default address `[::]:PORT`, with its IPv4 fallback (none, and no `listen`: no TCP).
+    pub port: Option<u16>,
     /// The stable socket (none: no socket).
     pub socket: Option<PathBuf>,
     /// Permission bits of the stable socket (default: the process's --socket-mode).
@@ -39,6 +43,7 @@ pub struct Group {
 /// Parses a `--group` value: comma-separated `key=value` items (see the module docs).
 pub fn group_flag(text: &str) -> Result<Group, String> {
     let mut listen = Vec::new();
+    let mut port = None;
     let (mut socket, mut socket_mode, mut instances) = (None, None, None);
     let (mut tcp_backend, mut socket_backend) = (None, None);
     for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
@@ -57,6 +62,16 @@ pub fn group_flag(text: &str) -> Result<Group, String> {
                     .parse::<SocketAddr>()
                     .map_err(|e| format!("group listen={value:?}: {e} (example: [::]:8015)"))?,
             ),
+            "port" => {
+                once(&port, key)?;
+                port = Some(
+                    value
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|p| *p != 0)
+                        .ok_or_else(|| format!("group port={value:?}: a TCP port, 1 to 65535"))?,
+                );
+            }
             "socket" => {
                 once(&socket, key)?;
                 socket = Some(PathBuf::from(value));
@@ -82,23 +97,30 @@ pub fn group_flag(text: &str) -> Result<Group, String> {
             }
             _ => {
                 return Err(format!(
-                    "unknown group key {key:?}: listen, socket, socket-mode, instances, tcp-backend, socket-backend, backend"
+                    "unknown group key {key:?}: port, listen, socket, socket-mode, instances, tcp-backend, socket-backend, backend"
                 ));
             }
         }
     }
     let instances = instances.ok_or("a group needs instances=DIR")?;
-    if listen.is_empty() && socket.is_none() {
-        return Err("a group serves nothing: give listen=ADDR, socket=PATH, or both".into());
+    if port.is_some() && !listen.is_empty() {
+        return Err("a group takes port= or listen=, not both".into());
     }
-    if !listen.is_empty() && tcp_backend.is_none() {
-        return Err("a group with listen= needs tcp-backend= (or backend=)".into());
+    let tcp = port.is_some() || !listen.is_empty();
+    if !tcp && socket.is_none() {
+        return Err(
+            "a group serves nothing: give port=PORT (or listen=ADDR), socket=PATH, or both".into(),
+        );
+    }
+    if tcp && tcp_backend.is_none() {
+        return Err("a group with port= or listen= needs tcp-backend= (or backend=)".into());
     }
     if socket.is_some() && socket_backend.is_none() {
         return Err("a group with socket= needs socket-backend= (or backend=)".into());
     }
     Ok(Group {
         listen,
+        port,
         socket,
         socket_mode,
         instances,
@@ -111,8 +133,12 @@ impl Group {
     /// The full flags of this group: the process's, with this group's endpoints, and no TLS.
     pub fn flags(&self, process: &NodeProxyFlags) -> NodeProxyFlags {
         let mut flags = process.clone();
-        flags.no_tcp = self.listen.is_empty();
-        flags.listen = Some(self.listen.clone());
+        flags.no_tcp = self.listen.is_empty() && self.port.is_none();
+        // No --listen: the default address on `port`, with the front's IPv4 fallback.
+        flags.listen = self.port.is_none().then(|| self.listen.clone());
+        if let Some(port) = self.port {
+            flags.port = port;
+        }
         flags.no_socket = self.socket.is_none();
         if let Some(socket) = &self.socket {
             flags.socket = socket.clone();
@@ -168,17 +194,19 @@ mod tests {
     #[test]
     fn a_group_names_what_it_serves() {
         let g = group_flag(
-            "listen=[::]:8015, socket=/var/run/flagd/sync.sock,instances=/var/run/flagd-instances,backend=.sync.sock",
+            "port=8015, socket=/var/run/flagd/sync.sock,instances=/var/run/flagd-instances,backend=.sync.sock",
         )
         .unwrap();
-        assert_eq!(g.listen, vec!["[::]:8015".parse().unwrap()]);
+        assert_eq!(g.port, Some(8015));
         assert_eq!(g.socket, Some(PathBuf::from("/var/run/flagd/sync.sock")));
         assert_eq!(g.tcp_backend.as_deref(), Some(".sync.sock"));
         assert_eq!(g.socket_backend.as_deref(), Some(".sync.sock"));
         let process = NodeProxyFlags::default();
         let flags = g.flags(&process);
         assert!(!flags.no_tcp && !flags.no_socket);
-        assert_eq!(flags.listen_addrs(), g.listen);
+        // The default address on the group's port: the front falls back to IPv4 on a node without IPv6.
+        assert_eq!(flags.listen, None);
+        assert_eq!(flags.listen_addrs(), vec!["[::]:8015".parse().unwrap()]);
         assert_eq!(flags.instances, PathBuf::from("/var/run/flagd-instances"));
         // Inherited from the process: everything but the endpoints.
         assert_eq!(flags.wait, process.wait);
@@ -198,7 +226,13 @@ mod tests {
         };
         let flags = g.flags(&process);
         assert!(flags.no_socket);
-        assert_eq!(flags.listen_addrs().len(), 2);
+        assert_eq!(
+            flags.listen_addrs(),
+            vec![
+                "0.0.0.0:8013".parse().unwrap(),
+                "[::1]:8013".parse().unwrap()
+            ]
+        );
         assert!(flags.tls_files().is_none());
         let socket_only =
             group_flag("socket=/s/x.sock,socket-mode=660,instances=/i,socket-backend=.x")
@@ -214,6 +248,13 @@ mod tests {
             ("listen=[::]:8015,backend=.s", "needs instances"),
             ("instances=/i", "serves nothing"),
             ("listen=[::]:8015,instances=/i", "needs tcp-backend"),
+            ("port=8015,instances=/i", "needs tcp-backend"),
+            (
+                "port=8015,listen=[::]:8015,instances=/i,backend=.s",
+                "not both",
+            ),
+            ("port=0,instances=/i,backend=.s", "1 to 65535"),
+            ("port=http,instances=/i,backend=.s", "1 to 65535"),
             (
                 "socket=/s,instances=/i,tcp-backend=.t",
                 "needs socket-backend",

@@ -54,6 +54,9 @@ pub struct NodeProxyFlags {
     /// TCP address of the node's PDP port (apps reach it as $(CERBOS_PDP_HOST):3593); repeatable or comma-separated. Default [::]:3593: one socket for IPv4 and IPv6 where net.ipv6.bindv6only is 0 (the Linux default), and 0.0.0.0:3593 on a node whose kernel has no IPv6. An address given here is bound exactly as written (no fallback); do not add 0.0.0.0:3593 next to [::]:3593 where bindv6only is 0.
     #[arg(long, env = "PDP_NODE_PROXY_LISTEN", value_delimiter = ',')]
     pub listen: Option<Vec<SocketAddr>>,
+    /// Port of the default TCP address, [::]:PORT (with its IPv4 fallback on a node without IPv6), when --listen is not given: another PDP's port, such as flagd's 8013.
+    #[arg(long, env = "PDP_NODE_PROXY_PORT", default_value_t = DEFAULT_PORT)]
+    pub port: u16,
     /// Serve no TCP address (socket only).
     #[arg(long, env = "PDP_NODE_PROXY_NO_TCP")]
     pub no_tcp: bool,
@@ -127,17 +130,17 @@ pub struct NodeProxyFlags {
     pub tls_handshake_timeout: Duration,
 }
 
-/// The port of the default TCP address.
+/// The port of the default TCP address (Cerbos's gRPC port).
 pub const DEFAULT_PORT: u16 = 3593;
 
 impl NodeProxyFlags {
-    /// The TCP addresses to bind: --listen, or the default `[::]:3593`.
+    /// The TCP addresses to bind: --listen, or the default `[::]:<--port>`.
     pub fn listen_addrs(&self) -> Vec<SocketAddr> {
         match &self.listen {
             Some(addrs) => addrs.clone(),
             None => vec![SocketAddr::new(
                 IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-                DEFAULT_PORT,
+                self.port,
             )],
         }
     }
