@@ -18,6 +18,8 @@
   helm.sh/chart, and its helm test hooks). overlays/central/config.yaml and overlays/sidecar-only/config.yaml are
   generated from the chart (`--update` rewrites them); they fail this check when stale.
 - options: each value of ci/options-values.yaml lands where it should.
+- readme: the values table of charts/pdp-injector/README.md is the one values.yaml's comments give (`--update`
+  rewrites it).
 
 Under CI=true nothing is skipped: what cannot run is a FAIL.
 """
@@ -281,7 +283,59 @@ def main():
                + (" (scripts/helm-check.sh --update regenerates the overlays' config.yaml)" if problems else ""))
 
     check_options(renders.get(("options-values.yaml", "1.33.0")), renders.get(("options-values.yaml", "1.20.2")))
+    check_readme(update)
     return summary()
+
+
+TABLE_BEGIN = "<!-- values table: scripts/helm-check.sh --update writes it from values.yaml -->"
+TABLE_END = "<!-- end of values table -->"
+
+
+def values_table():
+    """The README's values table: one row per leaf of values.yaml, its default and the comment above it."""
+    rows, stack, comment = [], [], []
+    for line in (CHART / "values.yaml").read_text().splitlines():
+        stripped = line.strip()
+        if not stripped:
+            comment = []
+            continue
+        indent = len(line) - len(line.lstrip())
+        if stripped.startswith("#"):
+            comment.append(stripped[1:].strip())
+            continue
+        m = re.match(r"([A-Za-z0-9_]+):\s*(.*)$", stripped)
+        if not m:
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        k, val = m.groups()
+        stack.append((indent, k))
+        if val:
+            path = ".".join(x for _, x in stack)
+            desc = " ".join(comment).replace("|", "\\|")
+            rows.append(f"| `{path}` | `{val}` | {desc} |")
+        comment = []
+    return "\n".join(["| value | default | what it does |", "|---|---|---|", *rows])
+
+
+def check_readme(update):
+    readme = CHART / "README.md"
+    text = readme.read_text()
+    if TABLE_BEGIN not in text or TABLE_END not in text:
+        record("readme: the values table is in charts/pdp-injector/README.md", False, "its markers are missing")
+        return
+    head, rest = text.split(TABLE_BEGIN, 1)
+    table, tail = rest.split(TABLE_END, 1)
+    table_text = values_table()
+    bare = [l.split("`")[1] for l in table_text.splitlines()[2:] if l.endswith("|  |")]
+    record("readme: every value of values.yaml has a comment", not bare, f"no comment above {', '.join(bare)}")
+    want = "\n" + table_text + "\n"
+    if update and table != want:
+        readme.write_text(head + TABLE_BEGIN + want + TABLE_END + tail)
+        print("wrote the values table of charts/pdp-injector/README.md")
+        table = want
+    record("readme: charts/pdp-injector/README.md's values table matches values.yaml", table == want,
+           "stale: scripts/helm-check.sh --update rewrites it")
 
 
 def check_options(objs, objs20):
