@@ -369,7 +369,8 @@ def check_options(objs, objs20):
     cfg = yaml.safe_load(o["ConfigMap/pdp-system/pdp-injector-config"]["data"]["config.yaml"])
     want(cfg["defaultMode"] == "sidecar", "defaultMode follows pdp.model")
     want(cfg["profiles"]["cerbos"]["image"] == cer, "the cerbos profile's image follows cerbosImage")
-    want(cfg["profiles"]["cerbos"]["central"]["address"] == "cerbos-pdp.pdp-central.svc:3593", "central.address")
+    want(cfg["profiles"]["cerbos"]["central"]["address"] == "10.96.0.250:3593", "pdp.central.address")
+    want(o["Service/pdp-central/cerbos-pdp"]["spec"].get("clusterIP") == "10.96.0.250", "pdp.central.clusterIP")
     want(cfg.get("toolsImage") == inj, "toolsImage follows image")
     want(cfg["profiles"]["team-central"]["central"]["address"] == "cerbos.team.svc:3593", "extraProfiles")
     envs = [e["name"] for c in (node["containers"][0], central["template"]["spec"]["containers"][0]) for e in c.get("env") or []]

