@@ -295,6 +295,7 @@ fn shipped_pdps_do_not_phone_home() {
     for file in [
         "manifests/base/config.yaml",
         "manifests/overlays/sidecar-only/config.yaml",
+        "manifests/overlays/central/config.yaml",
     ] {
         configs.push((file.to_string(), Config::load(&root.join(file)).unwrap()));
     }
@@ -456,8 +457,9 @@ fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
 }
 
 /// Every overlay that installs the webhook (all but the Kubernetes 1.20 one, which has no such API).
-const WEBHOOK_OVERLAYS: [&str; 5] = [
+const WEBHOOK_OVERLAYS: [&str; 6] = [
     "daemonset",
+    "central",
     "sidecar-only",
     "cert-manager",
     "label-selected",
