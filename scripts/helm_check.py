@@ -33,6 +33,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -120,6 +121,18 @@ def kv20_path():
         zipfile.ZipFile(whl).extractall(part)
         part.rename(target)
     return target
+
+
+def parallel(groups):
+    """Runs every callable of every group on a few threads; returns each group's results in order."""
+    flat = [fn for g in groups for fn in g]
+    with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 2) * 2)) as pool:
+        results = list(pool.map(lambda fn: fn(), flat))
+    out, i = [], 0
+    for g in groups:
+        out.append(results[i:i + len(g)])
+        i += len(g)
+    return out
 
 
 def run(cmd, **kw):
@@ -216,70 +229,74 @@ def main():
            "the two policies/document.yaml differ: copy pdp-daemonset's over pdp-central's")
 
     ci_files = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
-    for f in ci_files:
-        p = run([helm, "lint", "--strict", CHART, "-f", CHART / "ci" / f])
-        record(f"lint --strict ci/{f}", p.returncode == 0, " ".join((p.stdout + p.stderr).split())[-600:])
-
-    for name, sets, want in [
+    refusals = [
         ("wrong model", ["pdp.model=node"], ["'/pdp/model': value must be one of 'central', 'daemonset', 'sidecar'"]),
         ("unknown key", ["webhook.replica=3"], ["'/webhook': additional properties 'replica' not allowed"]),
         ("wrong type", ["webhook.replicas=two"], ["'/webhook/replicas': got string, want integer"]),
         ("wrong certificates", ["webhook.certificates=vault"], ["'/webhook/certificates': value must be one of"]),
-    ]:
-        p = helm_template(helm, sets=sets)
+    ]
+    renderings = [(f, v) for f in ci_files for v in ("1.33.0", "1.20.2")] + [(None, "1.33.0")]
+    overlays = sorted({o for _, _, o in EQUIVALENT})
+    # Every helm and kubectl run at once (each is one process; the machine's cores decide how many run).
+    lints, refused, rendered, kustomized = parallel([
+        [lambda f=f: run([helm, "lint", "--strict", CHART, "-f", CHART / "ci" / f]) for f in ci_files],
+        [lambda s=s: helm_template(helm, sets=s) for _, s, _ in refusals],
+        [lambda f=f, v=v: helm_template(helm, f, v) for f, v in renderings],
+        [lambda o=o: run(["kubectl", "kustomize", f"manifests/overlays/{o}"]) for o in overlays],
+    ])
+    for f, p in zip(ci_files, lints):
+        record(f"lint --strict ci/{f}", p.returncode == 0, " ".join((p.stdout + p.stderr).split())[-600:])
+    for (name, sets, want), p in zip(refusals, refused):
         err = " ".join(p.stderr.split())
         ok = p.returncode != 0 and "values don't meet the specifications of the schema" in err and all(w in err for w in want)
         record(f"schema refuses a {name} ({' '.join(sets)})", ok,
                f"exit {p.returncode}, stderr: {err[-400:]}" if p.returncode else "rendered without an error")
 
     renders = {}
+    for (f, v), p in zip(renderings, rendered):
+        if p.returncode != 0:
+            record(f"render {'ci/' + f if f else '(no values)'} --kube-version {v}", False, " ".join(p.stderr.split())[-600:])
+        else:
+            renders[(f, v)] = docs(p.stdout)
     kv20 = None
-    for f in ci_files:
-        for version in ("1.33.0", "1.20.2"):
-            p = helm_template(helm, f, version)
-            if p.returncode != 0:
-                record(f"render ci/{f} --kube-version {version}", False, " ".join(p.stderr.split())[-600:])
-                continue
-            objs = docs(p.stdout)
-            renders[(f, version)] = objs
-            if version == "1.20.2":
-                try:
-                    kv20 = kv20 or kv20_path()
-                except Exception as e:  # noqa: BLE001
-                    record(f"render ci/{f} valid on Kubernetes 1.20", False, f"kubernetes-validate 1.28.0: {e}")
-                    continue
-            ok, out = validate(objs, "1.20.0" if version == "1.20.2" else "1.33.0", kv20 if version == "1.20.2" else None)
-            record(f"render ci/{f} strictly valid on Kubernetes {version[:4]} ({len(objs)} objects)", ok,
-                   " | ".join(out[-6:]))
+    try:
+        kv20 = kv20_path()
+    except Exception as e:  # noqa: BLE001 - any failure to fetch is this check's failure
+        record("kubernetes-validate 1.28.0 (the 1.20 schemas) fetched from PyPI and verified", False, str(e))
+    todo = [(f, v) for f, v in renderings if f and (f, v) in renders and (v == "1.33.0" or kv20)]
+    validated = parallel([[lambda f=f, v=v: validate(renders[(f, v)], "1.20.0" if v == "1.20.2" else "1.33.0",
+                                                      kv20 if v == "1.20.2" else None) for f, v in todo]])[0]
+    for (f, v), (ok, out) in zip(todo, validated):
+        record(f"render ci/{f} strictly valid on Kubernetes {v[:4]} ({len(renders[(f, v)])} objects)", ok,
+               " | ".join(out[-6:]))
 
     if update:
         for overlay, f in GENERATED_CONFIGS:
             cm = [d for d in renders[(f, "1.33.0")] if key(d) == "ConfigMap/pdp-system/pdp-injector-config"][0]
-            (REPO / "manifests/overlays" / overlay / "config.yaml").write_text(cm["data"]["config.yaml"])
-            print(f"wrote manifests/overlays/{overlay}/config.yaml")
+            target = REPO / "manifests/overlays" / overlay / "config.yaml"
+            if target.read_text() != cm["data"]["config.yaml"]:
+                target.write_text(cm["data"]["config.yaml"])
+                print(f"wrote manifests/overlays/{overlay}/config.yaml: run again to compare")
 
+    kust = dict(zip(overlays, kustomized))
     for f, version, overlay in EQUIVALENT:
         name = f"equivalent: chart {'ci/' + f if f else '(no values)'} --kube-version {version} = overlays/{overlay}"
-        if f:
-            objs = renders.get((f, version))
-        else:
-            p = helm_template(helm, None, version)
-            objs = docs(p.stdout) if p.returncode == 0 else None
+        objs = renders.get((f, version))
         if objs is None:
             record(name, False, "the chart does not render")
             continue
-        k = run(["kubectl", "kustomize", f"manifests/overlays/{overlay}"])
+        k = kust[overlay]
         if k.returncode != 0:
             record(name, False, f"kubectl kustomize: {k.stderr.strip()[-400:]}")
             continue
-        chart, kust = installed(objs), installed(docs(k.stdout))
-        problems = [f"only in the chart: {x}" for x in sorted(set(chart) - set(kust))]
-        problems += [f"only in the overlay: {x}" for x in sorted(set(kust) - set(chart))]
-        for x in sorted(set(chart) & set(kust)):
-            d = first_difference(chart[x], kust[x])
+        chart, theirs = installed(objs), installed(docs(k.stdout))
+        problems = [f"only in the chart: {x}" for x in sorted(set(chart) - set(theirs))]
+        problems += [f"only in the overlay: {x}" for x in sorted(set(theirs) - set(chart))]
+        for x in sorted(set(chart) & set(theirs)):
+            d = first_difference(chart[x], theirs[x])
             if d:
                 problems.append(f"{x}: {d}")
-        record(f"{name} ({len(kust)} objects)", not problems, "; ".join(problems[:4])
+        record(f"{name} ({len(theirs)} objects)", not problems, "; ".join(problems[:4])
                + (" (scripts/helm-check.sh --update regenerates the overlays' config.yaml)" if problems else ""))
 
     check_options(renders.get(("options-values.yaml", "1.33.0")), renders.get(("options-values.yaml", "1.20.2")))
