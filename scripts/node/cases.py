@@ -234,7 +234,7 @@ def install(skip):
         log("already installed (--skip-install)")
     else:
         p = helm("install", RELEASE, CHART, *HELM_VALUES, timeout=180)
-        log(one_line(p.stdout, 2000))
+        log(one_line(p.stdout.split("NOTES:")[0], 600))
     t_dep = rollout("deployment", "pdp-injector", "pdp-system", 240)
     t_ds = rollout("daemonset", "cerbos-pdp", "pdp-node", 240)
     rollout("daemonset", "pdp-node-front", "pdp-node", 240)
