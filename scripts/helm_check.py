@@ -18,6 +18,7 @@
   helm.sh/chart, and its helm test hooks). overlays/central/config.yaml and overlays/sidecar-only/config.yaml are
   generated from the chart (`--update` rewrites them); they fail this check when stale.
 - options: each value of ci/options-values.yaml lands where it should.
+- package: `helm package` puts the linked manifests into the chart archive, which renders the same.
 - readme: the values table of charts/pdp-injector/README.md is the one values.yaml's comments give (`--update`
   rewrites it).
 
@@ -160,7 +161,7 @@ def key(d):
 def installed(objs):
     """The chart's objects without its test hooks, without the labels only Helm adds."""
     out = {}
-    for d in objs:
+    for d in json.loads(json.dumps(objs)):  # a copy: the renderings are compared more than once
         m = d.get("metadata") or {}
         if "helm.sh/hook" in (m.get("annotations") or {}):
             continue
@@ -303,9 +304,27 @@ def main():
         record(f"{name} ({len(theirs)} objects)", not problems, "; ".join(problems[:4])
                + (" (scripts/helm-check.sh --update regenerates the overlays' config.yaml)" if problems else ""))
 
+    check_package(helm, renders.get((None, "1.33.0")))
     check_options(renders.get(("options-values.yaml", "1.33.0")), renders.get(("options-values.yaml", "1.20.2")))
     check_readme(update)
     return summary()
+
+
+def check_package(helm, objs):
+    """`helm package` follows the files/ link: the packaged chart holds the manifests and renders the same."""
+    with tempfile.TemporaryDirectory() as tmp:
+        p = run([helm, "package", CHART, "-d", tmp])
+        tgz = next(Path(tmp).glob("pdp-injector-*.tgz"), None)
+        if p.returncode != 0 or tgz is None:
+            record("package: helm package", False, " ".join((p.stdout + p.stderr).split())[-400:])
+            return
+        with tarfile.open(tgz) as t:
+            held = [n for n in t.getnames() if n.startswith("pdp-injector/files/base/")]
+        r = run([helm, "template", "pdp-injector", tgz, "--namespace", "default", "--kube-version", "1.33.0"])
+        same = r.returncode == 0 and objs is not None and docs(r.stdout) == objs
+        record(f"package: the packaged chart holds the manifests ({len(held)} files of base/) and renders the same",
+               bool(held) and same, f"files/base in the package: {len(held)}; rendering "
+               + ("equal" if same else f"differs or fails: {r.stderr.strip()[-300:]}"))
 
 
 TABLE_BEGIN = "<!-- values table: scripts/helm-check.sh --update writes it from values.yaml -->"
