@@ -11,8 +11,8 @@
   fail, naming what is wrong).
 - render: every ci/*-values.yaml rendering validates strictly against Kubernetes 1.33 (kubernetes-validate
   1.37.0, scripts/validate_k8s.py) and 1.20 (kubernetes-validate 1.28.0, the newest release that still carries
-  the 1.20 schemas, cached like helm), cert-manager objects aside (no schema: overlays with them are checked by
-  scripts/validate-manifests.sh, and the equivalence below ties the chart's to theirs).
+  the 1.20 schemas, cached like helm), cert-manager and FeatureFlag objects aside (no schema: overlays with them
+  are checked by scripts/validate-manifests.sh, and the equivalence below ties the chart's to theirs).
 - equivalence: for each setting that an overlay also offers, the chart's objects and `kubectl kustomize` of
   the overlay are the same, object by object (the chart adds only the labels app.kubernetes.io/managed-by and
   helm.sh/chart, and its helm test hooks). overlays/central/config.yaml and overlays/sidecar-only/config.yaml are
@@ -59,6 +59,10 @@ EQUIVALENT = [
     ("label-selected-values.yaml", "1.33.0", "label-selected"),
     ("network-policy-values.yaml", "1.33.0", "network-policy"),
     ("flagd-node-values.yaml", "1.33.0", "flagd-node"),
+    ("flagd-node-values.yaml", "1.20.2", "flagd-node-k8s-1.20"),
+    ("flagd-node-crd-values.yaml", "1.33.0", "flagd-node-crd"),
+    ("flagd-node-file-source-values.yaml", "1.33.0", "flagd-node-file-source"),
+    ("flagd-node-shared-front-values.yaml", "1.33.0", "flagd-node-shared-front"),
     ("daemonset-tls-values.yaml", "1.33.0", "daemonset-tls"),
 ]
 # The overlays whose config.yaml the chart writes: (overlay, values file).
@@ -201,8 +205,10 @@ def first_difference(a, b, path=""):
 
 
 def validate(objs, version, kv_path=None):
-    """Strict validation with scripts/validate_k8s.py; cert-manager objects are left out (no schema)."""
-    k8s = [d for d in objs if not d["apiVersion"].split("/")[0].endswith("cert-manager.io")]
+    """Strict validation with scripts/validate_k8s.py; objects of other projects' CRDs (cert-manager's, the
+    OpenFeature FeatureFlag) are left out: kubernetes-validate has no schema for them, and scripts/validate-manifests.sh
+    checks them in the overlays the equivalence ties the chart to."""
+    k8s = [d for d in objs if not d["apiVersion"].split("/")[0].endswith(("cert-manager.io", "openfeature.dev"))]
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
         yaml.safe_dump_all(k8s, f)
         f.flush()

@@ -102,7 +102,7 @@ true
 
 {{/*
 JSON patch (RFC 6902) ops on one object, the subset the manifests use: test, add (a map key, or "-" to append to
-a list), replace and remove (map keys). (list obj ops where). A failing test fails the rendering, as kustomize does.
+a list), replace (a map key or a list element) and remove (map keys). (list obj ops where). A failing test fails the rendering, as kustomize does.
 */}}
 {{- define "pdp.jsonpatch" -}}
 {{- $obj := index . 0 -}}
@@ -136,6 +136,11 @@ a list), replace and remove (map keys). (list obj ops where). A failing test fai
 {{- else if and (eq $op.op "add") (eq $last "-") (kindIs "slice" $parent) -}}
 {{- if kindIs "slice" $gp -}}{{- fail (printf "%s: add %s: a list inside a list" $where $op.path) -}}{{- end -}}
 {{- $_ := set $gp $gpKey (append $parent (deepCopy $op.value)) -}}
+{{- else if and (eq $op.op "replace") (kindIs "slice" $parent) (regexMatch "^[0-9]+$" $last) -}}
+{{- if or (kindIs "slice" $gp) (ge (atoi $last) (len $parent)) -}}{{- fail (printf "%s: replace %s: no such element" $where $op.path) -}}{{- end -}}
+{{- $new := list -}}
+{{- range $i, $e := $parent -}}{{- $new = append $new (ternary (deepCopy (dict "v" $op.value)).v $e (eq $i (atoi $last))) -}}{{- end -}}
+{{- $_ := set $gp $gpKey $new -}}
 {{- else if and (has $op.op (list "add" "replace")) (kindIs "map" $parent) -}}
 {{- if and (eq $op.op "replace") (not (hasKey $parent $last)) -}}{{- fail (printf "%s: replace %s: no such key" $where $op.path) -}}{{- end -}}
 {{- $val := $op.value -}}
