@@ -1044,7 +1044,8 @@ async fn opted_in_entry_never_skips_from_doubt() {
     r.shutdown().await.unwrap();
 
     // Apiserver unreachable (or the namespace gone): refused with 503 on the opted-in entry, with a message
-    // that says why; the other entry lets the Pod through unlabelled, as its Ignore policy would.
+    // that says why. The generic entry trusts a cache that has the namespace; without it, it answers an HTTP
+    // 503 (never a guessed not_opted_in), so that its failure policy decides: Ignore admits, Fail refuses.
     for apiserver in [Err("connection refused"), Ok(None)] {
         for cached in [unlabelled.clone(), None] {
             let cache = LaggingCache::new(cached.clone(), apiserver);
@@ -1061,12 +1062,34 @@ async fn opted_in_entry_never_skips_from_doubt() {
                     && message.contains(apiserver.err().unwrap_or("does not exist")),
                 "{message}"
             );
-            let out = post_path(&r, &b.ca_cert_pem, "/mutate", FIXTURE.as_bytes()).await;
-            assert_eq!(out["response"]["allowed"], true);
-            assert_eq!(
-                out["response"]["auditAnnotations"]["reason"],
-                "not_opted_in"
-            );
+            let (status, out) = post(&r, &b.ca_cert_pem, FIXTURE.as_bytes().to_vec()).await;
+            if cached.is_some() {
+                assert_eq!(status, StatusCode::OK);
+                assert_eq!(out["response"]["allowed"], true);
+                assert_eq!(
+                    out["response"]["auditAnnotations"]["reason"],
+                    "not_opted_in"
+                );
+            } else {
+                assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{out}");
+                let message = out["error"].as_str().unwrap();
+                assert!(
+                    message.starts_with("pdp-injector namespace_unreadable: ")
+                        && message.contains("\"webhook-demo\"")
+                        && message.contains(apiserver.err().unwrap_or("does not exist")),
+                    "{message}"
+                );
+                // A request whose answer does not depend on the namespace is answered as usual.
+                let mut update = fixture();
+                update["request"]["operation"] = "UPDATE".into();
+                update["request"]["oldObject"] = update["request"]["object"].clone();
+                let (status, out) = post(&r, &b.ca_cert_pem, update.to_string().into_bytes()).await;
+                assert_eq!(status, StatusCode::OK, "{out}");
+                assert_eq!(
+                    out["response"]["auditAnnotations"]["reason"],
+                    "not_a_pod_create"
+                );
+            }
             r.shutdown().await.unwrap();
         }
     }

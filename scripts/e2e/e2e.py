@@ -384,13 +384,15 @@ class Harness:
              "-CAcreateserial", "-out", pki / "apiserver.crt", "-days", "2", "-extfile", pki / "apiserver.ext"])
         run(["openssl", "genrsa", "-out", pki / "sa.key", "2048"])
         run(["openssl", "rsa", "-in", pki / "sa.key", "-pubout", "-out", pki / "sa.pub"])
-        admin_token, webhook_token = secrets.token_hex(16), secrets.token_hex(16)
+        admin_token, webhook_token, nobody_token = (secrets.token_hex(16) for _ in range(3))
         # The webhook authenticates as its ServiceAccount's user name, so manifests/base/rbac.yaml (bound to that
         # ServiceAccount) is what authorizes it: the harness runs it with exactly the permissions it ships with.
         (pki / "tokens.csv").write_text(
             f'{admin_token},e2e-admin,e2e-admin,"system:masters"\n'
             f'{webhook_token},system:serviceaccount:pdp-system:pdp-injector,pdp-injector-sa,'
-            f'"system:serviceaccounts,system:serviceaccounts:pdp-system"\n')
+            f'"system:serviceaccounts,system:serviceaccounts:pdp-system"\n'
+            # A user without any grant: a webhook that cannot read a single namespace (the doubt case).
+            f'{nobody_token},e2e-nobody,e2e-nobody\n')
         os.chmod(pki / "tokens.csv", 0o600)
 
         etcd_client, etcd_peer = free_port(), free_port()
@@ -435,6 +437,8 @@ class Harness:
         self.webhook_kubeconfig = w / "pdp-injector.kubeconfig"
         self.webhook_kubeconfig.write_text(
             self.kubeconfig_text(api_port, pki / "ca.crt", webhook_token, "pdp-injector"))
+        self.nobody_kubeconfig = w / "nobody.kubeconfig"
+        self.nobody_kubeconfig.write_text(self.kubeconfig_text(api_port, pki / "ca.crt", nobody_token, "e2e-nobody"))
 
         def api_ready():
             return self.kubectl("get", "--raw", "/readyz", check_rc=False, timeout=15).returncode == 0
@@ -1191,6 +1195,60 @@ def _(h):
         # No namespace controller runs here: the namespace stays Terminating, with nothing in it.
         h.kubectl("delete", "namespace", "flagd-node", "--wait=false", check_rc=False)
         h.kubectl("delete", "-f", str(crd), "--wait=false", check_rc=False)
+
+
+@case("doubt-on-generic-path-fail-refuses-ignore-admits")
+def _(h):
+    # A second webhook whose account may read no namespace (and that never saw one), registered on the generic
+    # path /mutate twice: a Fail entry, as an admin might write by hand, and an Ignore entry. Doubt is answered
+    # with an error on /mutate too, so the failure policy decides: Fail refuses, Ignore admits as before.
+    if needs_local(h):
+        return
+    port = free_port(h.webhook_host)
+    c = h.workdir / "webhook-certs"
+    h.start("doubtful-webhook", [h.bin, "serve", "--listen", f"{h.webhook_host}:{port}", "--cert",
+                                 str(c / "tls.crt"), "--key", str(c / "tls.key"), "--config", str(h.config_path)],
+            env={"KUBECONFIG": str(h.nobody_kubeconfig)})
+    label = "e2e.pdp-injector.io/doubt"
+
+    def entry(policy):
+        return {"name": f"doubt-{policy.lower()}.e2e.pdp-injector.io", "admissionReviewVersions": ["v1"],
+                "sideEffects": "None", "timeoutSeconds": 5, "failurePolicy": policy,
+                "clientConfig": {"url": f"https://{h.webhook_host}:{port}/mutate", "caBundle": h.ca_bundle},
+                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                           "resources": ["pods"], "scope": "Namespaced"}],
+                "namespaceSelector": {"matchLabels": {label: policy.lower()}}}
+
+    name = "zz-pdp-injector-e2e-doubt"
+    mwc = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+           "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "pdp-injector-e2e"}},
+           "webhooks": [entry("Fail"), entry("Ignore")]}
+    try:
+        h.wait_for("doubtful webhook /healthz", lambda: h.https_get(port, "/healthz")[0] == 200, timeout=30,
+                   proc="doubtful-webhook")
+        h.kubectl("apply", "-f", "-", input=mwc)
+        fail_ns = h.namespace("doubt-fail", {label: "fail"})
+        ignore_ns = h.namespace("doubt-ignore", {label: "ignore"})
+        p = pod("app", fail_ns, annotations={INJECT: "daemonset"})
+        state = {}
+
+        def refused_by_doubt():
+            state["out"], state["err"], state["rc"] = h.create(p, dry_run=True)
+            return state["rc"] != 0 and "doubt-fail.e2e.pdp-injector.io" in state["err"]
+
+        h.wait_for("the doubt registration to take effect", refused_by_doubt, timeout=60, interval=1)
+        out, err, rc = h.create(p)
+        check(rc != 0, "a Pod whose namespace the webhook could not read was admitted through a Fail entry on /mutate")
+        check("namespace_unreadable" in err and fail_ns in err, f"refusal does not say why: {one_line(err)}")
+        check(h.get("pod", "app", fail_ns) is None, "the refused Pod was stored")
+        q = pod("app", ignore_ns, annotations={INJECT: "daemonset"})
+        out, err, rc = h.create(q)
+        check(rc == 0, f"the Ignore entry on /mutate refused the Pod: {one_line(err)}")
+        # The shipped webhook (which can read the namespace) still wired it.
+        check(status_of(h.get("pod", "app", ignore_ns)), "the Pod admitted past the Ignore entry is not wired")
+    finally:
+        h.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found", check_rc=False)
+        h.stop("doubtful-webhook")
 
 
 # -- the webhook down, then back ----------------------------------------------------------------------------------

@@ -264,6 +264,12 @@ pub fn decode_stage(body: &[u8]) -> Result<(), ReviewError> {
     decode::<PodView<'_>>(body).map(drop)
 }
 
+/// Whether `body` is an AdmissionReview of a Pod CREATE (the only request whose answer depends on its
+/// namespace's labels); false for anything that does not decode.
+pub fn is_pod_create(body: &[u8]) -> bool {
+    decode::<IgnoredAny>(body).is_ok_and(|r| r.is_pod_create())
+}
+
 /// The last stage of [`review`] alone: the AdmissionReview answer for `outcome` (patch JSON, base64, envelope).
 /// For the benchmark tools.
 pub fn encode_stage(uid: &str, outcome: &Outcome) -> Vec<u8> {

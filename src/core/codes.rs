@@ -217,6 +217,19 @@ impl Denial {
             ),
         }
     }
+
+    /// The error of the generic entry (`/mutate`) when the Pod's namespace cannot be read: sent as an HTTP 503,
+    /// so the entry's failure policy decides (`Ignore` admits the Pod unwired, `Fail` refuses it).
+    pub fn namespace_doubt(namespace: &str, why: &str) -> Denial {
+        Denial {
+            reason: Reason::NamespaceUnreadable,
+            message: format!(
+                "the labels of namespace {namespace:?} could not be read from the apiserver ({why}), so whether \
+                 the Pod must be wired is unknown: answered with an error, which the webhook entry's failure \
+                 policy turns into a refusal (Fail) or an admission without the PDP (Ignore)"
+            ),
+        }
+    }
 }
 
 impl fmt::Display for Denial {

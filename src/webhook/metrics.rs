@@ -35,15 +35,18 @@ pub enum ErrorKind {
     Overloaded,
     /// 504: the request did not complete within its deadline.
     Timeout,
+    /// 503: the generic entry could not read the Pod's namespace (its failure policy decides).
+    NamespaceUnreadable,
 }
 
 impl ErrorKind {
-    const ALL: [ErrorKind; 5] = [
+    const ALL: [ErrorKind; 6] = [
         ErrorKind::BadRequest,
         ErrorKind::PayloadTooLarge,
         ErrorKind::UnsupportedMediaType,
         ErrorKind::Overloaded,
         ErrorKind::Timeout,
+        ErrorKind::NamespaceUnreadable,
     ];
 
     /// Label value.
@@ -54,6 +57,7 @@ impl ErrorKind {
             ErrorKind::UnsupportedMediaType => "unsupported_media_type",
             ErrorKind::Overloaded => "overloaded",
             ErrorKind::Timeout => "timeout",
+            ErrorKind::NamespaceUnreadable => "namespace_unreadable",
         }
     }
 }

@@ -746,28 +746,53 @@ async fn answer(state: &AppState, entry: Entry, request: Request) -> Response {
             (Ok(Some(info)), _) => {
                 result = admission::review(&body, &config, &|_: &str| info.clone());
             }
-            (Ok(None), Entry::Pods) => {
-                warn!(namespace = %name, "namespace unknown to the cache and the apiserver; treated as unlabelled");
-            }
-            (Err(e), Entry::Pods) => {
-                warn!(namespace = %name, error = %e, "namespace cannot be read; treated as unlabelled (annotation opt-ins still apply)");
-            }
-            (failed, Entry::OptedIn) => {
+            (failed, entry) => {
                 let why = match failed {
                     Ok(_) => "it does not exist".to_string(),
                     Err(e) => e,
                 };
-                let denial = Denial::namespace_unreadable(&name, &why);
-                error!(namespace = %name, reason = denial.reason.code(), "{}", denial.message);
-                result = admission::refuse(
-                    &body,
-                    &config,
-                    &|_: &str| NamespaceInfo::named(&name),
-                    denial,
-                );
+                if entry == Entry::Pods {
+                    // Whichever entry points here, its failure policy decides: an HTTP error lets an `Ignore`
+                    // entry admit the Pod as before and makes a `Fail` entry refuse it; never a guessed skip.
+                    if let Some(answer) = doubt_error(&body, &config, &name, &why) {
+                        state.metrics.error(ErrorKind::NamespaceUnreadable);
+                        return answer;
+                    }
+                } else {
+                    let denial = Denial::namespace_unreadable(&name, &why);
+                    error!(namespace = %name, reason = denial.reason.code(), "{}", denial.message);
+                    result = admission::refuse(
+                        &body,
+                        &config,
+                        &|_: &str| NamespaceInfo::named(&name),
+                        denial,
+                    );
+                }
             }
         }
     }
+    review_response(state, result)
+}
+
+/// The HTTP answer of the generic entry when the Pod's namespace cannot be read: `None` when the namespace
+/// cannot matter (not a Pod CREATE, an excluded namespace), so the review is answered as usual.
+fn doubt_error(body: &[u8], config: &Config, namespace: &str, why: &str) -> Option<Response> {
+    if config.excluded_namespaces.contains(namespace) || !admission::is_pod_create(body) {
+        return None;
+    }
+    let denial = Denial::namespace_doubt(namespace, why);
+    error!(namespace = %namespace, reason = denial.reason.code(), "{}", denial.message);
+    Some(json_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &denial.to_string(),
+    ))
+}
+
+/// The answer to a review, with its log line and metrics.
+fn review_response(
+    state: &AppState,
+    result: Result<(Vec<u8>, admission::ReviewSummary), admission::ReviewError>,
+) -> Response {
     match result {
         Ok((bytes, summary)) => {
             state.metrics.review(summary.reason);

@@ -160,6 +160,11 @@ fn every_denial_message_is_documented_exactly() {
         "docs/annotations.md lacks {unreadable}"
     );
     covered.insert(unreadable.reason.code());
+    let doubt = pdp_injector::core::Denial::namespace_doubt("shop", "<error>");
+    assert!(
+        text.contains(&doubt.to_string()),
+        "docs/annotations.md lacks {doubt}"
+    );
 
     let deny_codes: BTreeSet<&str> = Reason::ALL
         .iter()
