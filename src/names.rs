@@ -14,6 +14,9 @@ pub const ANNOTATION_CONTAINERS: &str = "pdp-injector.io/containers";
 pub const ANNOTATION_STATUS: &str = "pdp-injector.io/status";
 /// Namespace label that opts a whole namespace in or out and picks its mode.
 pub const LABEL_NAMESPACE_INJECTION: &str = "pdp-injector.io/injection";
+/// Namespace label (value `"true"`) that makes injection required: no Pod opt-out, no status annotation the Pod
+/// does not carry, no container named like the PDP.
+pub const LABEL_NAMESPACE_REQUIRED: &str = "pdp-injector.io/required";
 
 /// Namespace label read by the Pod Security admission plugin.
 pub const LABEL_PSS_ENFORCE: &str = "pod-security.kubernetes.io/enforce";

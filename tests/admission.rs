@@ -14,6 +14,7 @@ fn labelled(label: &'static str) -> impl Fn(&str) -> NamespaceInfo {
         name: name.into(),
         injection: Some(label.into()),
         pss_enforce: Some("privileged".into()),
+        required: false,
     }
 }
 
@@ -122,6 +123,7 @@ fn warnings_reach_the_response() {
         name: name.into(),
         injection: Some("daemonset".into()),
         pss_enforce: Some("baseline".into()),
+        required: false,
     };
     let out = answer(FIXTURE.as_bytes(), &ns);
     let warnings = out["response"]["warnings"].as_array().unwrap();

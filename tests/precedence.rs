@@ -25,6 +25,7 @@ fn ns(label: Option<&str>) -> NamespaceInfo {
         name: "team".into(),
         injection: label.map(String::from),
         pss_enforce: None,
+        required: false,
     }
 }
 
@@ -256,4 +257,154 @@ fn namespace_label_means_the_same_to_the_decision_and_to_check() {
             }
         }
     }
+}
+fn required(label: &str) -> NamespaceInfo {
+    let labels = [
+        ("pdp-injector.io/injection".to_string(), label.to_string()),
+        ("pdp-injector.io/required".to_string(), "true".to_string()),
+    ];
+    NamespaceInfo::from_labels("team", labels.iter().map(|(k, v)| (k, v)))
+}
+
+fn outcome_of(p: serde_json::Value, ns: &NamespaceInfo) -> pdp_injector::core::Outcome {
+    let p: Pod = serde_json::from_value(p).unwrap();
+    pdp_injector::core::inject(&p, ns, &Config::builtin())
+}
+
+fn wired_status(annotations: serde_json::Value) -> serde_json::Value {
+    let p = serde_json::json!({
+        "metadata": {"name": "p", "annotations": annotations},
+        "spec": {"containers": [{"name": "app", "image": "x"}]}
+    });
+    let typed: Pod = serde_json::from_value(p.clone()).unwrap();
+    match pdp_injector::core::inject(&typed, &ns(None), &Config::builtin()) {
+        pdp_injector::core::Outcome::Injected(i) => {
+            serde_json::to_value(pdp_injector::core::patched(&typed, &i.patch).unwrap()).unwrap()
+        }
+        other => panic!("fixture not injected: {other:?}"),
+    }
+}
+
+#[test]
+fn a_namespace_that_requires_injection_refuses_every_way_out() {
+    use pdp_injector::core::Outcome;
+    let reason = |o: &Outcome| o.reason();
+    let app = serde_json::json!([{"name": "app", "image": "x"}]);
+    // Opt-outs, by annotation and by label, and the precedence table's skip elsewhere.
+    for (key, meta) in [
+        (
+            "annotation",
+            serde_json::json!({"name": "p", "annotations": {"pdp-injector.io/inject": "disabled"}}),
+        ),
+        (
+            "label",
+            serde_json::json!({"name": "p", "labels": {"pdp-injector.io/inject": "disabled"}}),
+        ),
+    ] {
+        let p = serde_json::json!({"metadata": meta, "spec": {"containers": app}});
+        let o = outcome_of(p.clone(), &required("daemonset"));
+        let Outcome::Denied(d) = &o else {
+            panic!("{key}: {o:?}")
+        };
+        assert_eq!(d.reason, Reason::RequiredOptOut);
+        assert!(
+            d.message
+                .contains(&format!("{key} pdp-injector.io/inject=disabled"))
+                && d.message.contains("\"team\""),
+            "{}",
+            d.message
+        );
+        assert_eq!(
+            reason(&outcome_of(p, &ns(Some("daemonset")))),
+            Reason::OptedOut
+        );
+    }
+    // Without an opt-in label, the required label alone changes nothing.
+    let p = serde_json::json!({"metadata": {"name": "p", "annotations": {"pdp-injector.io/inject": "disabled"}}, "spec": {"containers": app}});
+    let mut only_required = required("disabled");
+    assert_eq!(
+        reason(&outcome_of(p.clone(), &only_required)),
+        Reason::NamespaceOptedOut
+    );
+    only_required.injection = None;
+    assert_eq!(reason(&outcome_of(p, &only_required)), Reason::OptedOut);
+
+    // A container named like the chosen profile's PDP: refused here, skipped elsewhere. Another profile's
+    // container name (flagd) does not count anywhere.
+    let named = |name: &str| serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app", "image": "x"}, {"name": name, "image": "x"}]}});
+    assert_eq!(
+        reason(&outcome_of(named("cerbos-pdp"), &required("sidecar"))),
+        Reason::PdpContainerNamed
+    );
+    assert_eq!(
+        reason(&outcome_of(named("cerbos-pdp"), &ns(Some("sidecar")))),
+        Reason::AlreadyInjected
+    );
+    assert_eq!(
+        reason(&outcome_of(named("flagd"), &required("sidecar"))),
+        Reason::InjectedSidecar
+    );
+    assert_eq!(
+        reason(&outcome_of(named("flagd"), &ns(Some("daemonset")))),
+        Reason::InjectedDaemonset
+    );
+
+    // A status copied onto an unwired template, an unreadable one, and one of an unknown profile: refused here,
+    // wired afresh elsewhere. The wired Pod itself passes in both.
+    let wired = wired_status(serde_json::json!({"pdp-injector.io/inject": "daemonset"}));
+    let status = wired["metadata"]["annotations"]["pdp-injector.io/status"].clone();
+    assert_eq!(
+        reason(&outcome_of(wired.clone(), &required("daemonset"))),
+        Reason::AlreadyInjected
+    );
+    for forged in [status, "{\"mode\":".into(), status_of_profile("nosuch")] {
+        let p = serde_json::json!({"metadata": {"name": "p", "annotations": {"pdp-injector.io/status": forged}}, "spec": {"containers": app}});
+        let o = outcome_of(p.clone(), &required("daemonset"));
+        let Outcome::Denied(d) = &o else {
+            panic!("{forged}: {o:?}")
+        };
+        assert_eq!(d.reason, Reason::ForgedStatus, "{}", d.message);
+        assert_eq!(
+            reason(&outcome_of(p, &ns(Some("daemonset")))),
+            Reason::InjectedDaemonset,
+            "{forged}"
+        );
+    }
+
+    // The status of a further profile (cerbos,flagd) is checked the same way.
+    let both = serde_json::json!({"pdp-injector.io/inject": "daemonset", "pdp-injector.io/profile": "cerbos,flagd"});
+    let wired = wired_status(both.clone());
+    assert_eq!(
+        reason(&outcome_of(wired.clone(), &required("daemonset"))),
+        Reason::AlreadyInjected
+    );
+    let second = wired["metadata"]["annotations"]["pdp-injector.io/status-flagd"].clone();
+    assert!(second.is_string(), "{wired}");
+    let mut annotations = both.clone();
+    annotations["pdp-injector.io/status-flagd"] = second;
+    let p = serde_json::json!({"metadata": {"name": "p", "annotations": annotations}, "spec": {"containers": app}});
+    let o = outcome_of(p.clone(), &required("daemonset"));
+    let Outcome::Denied(d) = &o else {
+        panic!("{o:?}")
+    };
+    assert!(
+        d.reason == Reason::ForgedStatus && d.message.contains("pdp-injector.io/status-flagd"),
+        "{}",
+        d.message
+    );
+    let o = outcome_of(p, &ns(Some("daemonset")));
+    assert_eq!(reason(&o), Reason::InjectedDaemonset);
+    assert!(
+        o.warnings()
+            .iter()
+            .any(|w| w.code.code() == "status_not_carried"),
+        "{o:?}"
+    );
+}
+
+fn status_of_profile(profile: &str) -> serde_json::Value {
+    serde_json::json!({"mode": "daemonset", "profile": profile, "reason": "injected_daemonset", "configHash": "x",
+        "version": "0.1.0", "containers": ["app"], "env": ["CERBOS_PDP_HOST", "CERBOS_PDP_ADDR"]})
+    .to_string()
+    .into()
 }

@@ -184,6 +184,7 @@ async fn reviews_over_https() {
             name: "labelled".into(),
             injection: Some("sidecar".into()),
             pss_enforce: None,
+            required: false,
         },
     )]));
     let r = start_with(
@@ -991,6 +992,7 @@ impl NamespaceSource for LaggingCache {
                     name: name.into(),
                     injection: Some(l.into()),
                     pss_enforce: Some("baseline".into()),
+                    required: false,
                 })
             })
             .map_err(str::to_string);
@@ -1099,6 +1101,7 @@ async fn opted_in_entry_never_skips_from_doubt() {
         name: "webhook-demo".into(),
         injection: Some("enabled".into()),
         pss_enforce: None,
+        required: false,
     };
     let cache = LaggingCache::new(Some(labelled), Err("must not be asked"));
     let r = start_on(&b, cache.clone()).await;

@@ -22,11 +22,13 @@ pub fn namespace_variants(name: &str) -> [NamespaceInfo; 3] {
             name: name.into(),
             injection: Some("sidecar".into()),
             pss_enforce: Some("privileged".into()),
+            required: false,
         },
         NamespaceInfo {
             name: name.into(),
             injection: Some("daemonset".into()),
             pss_enforce: Some("baseline".into()),
+            required: false,
         },
     ]
 }

@@ -35,6 +35,9 @@ pub enum Drift {
     WouldBeDenied,
     /// Its status annotation cannot be read: nothing can be compared.
     StatusUnreadable,
+    /// Its status annotation claims a wiring the Pod does not carry (a copied or forged status): it runs
+    /// without (part of) its PDP while the claim says otherwise.
+    StatusNotCarried,
 }
 
 impl Drift {
@@ -49,6 +52,7 @@ impl Drift {
             Drift::OtherWiring => "other_wiring",
             Drift::WouldBeDenied => "would_be_denied",
             Drift::StatusUnreadable => "status_unreadable",
+            Drift::StatusNotCarried => "status_not_carried",
         }
     }
 
@@ -63,11 +67,12 @@ impl Drift {
             Drift::OtherWiring => "wired with other pieces than now",
             Drift::WouldBeDenied => "the webhook would refuse it now",
             Drift::StatusUnreadable => "status annotation unreadable",
+            Drift::StatusNotCarried => "status annotation claims a wiring the Pod does not carry",
         }
     }
 
     /// Every drift, for documentation.
-    pub const ALL: [Drift; 8] = [
+    pub const ALL: [Drift; 9] = [
         Drift::NotWired,
         Drift::NotWanted,
         Drift::OtherMode,
@@ -76,6 +81,7 @@ impl Drift {
         Drift::OtherWiring,
         Drift::WouldBeDenied,
         Drift::StatusUnreadable,
+        Drift::StatusNotCarried,
     ];
 }
 
@@ -194,6 +200,20 @@ pub fn compare(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Option<PodDrif
             );
         }
     };
+    // The real objects, not the claim: a status copied onto an unwired template must not pass.
+    let json = core::view::pod_json(pod);
+    if config.profiles.contains_key(&was.profile)
+        && let Ok(view) = core::PodView::parse(&json)
+        && let Some(what) = core::decide::missing_wiring(&view, &was, config)
+    {
+        return drift(
+            Drift::StatusNotCarried,
+            format!(
+                "annotation {ANNOTATION_STATUS} claims {} mode (profile {}), but {what} is missing",
+                was.mode, was.profile
+            ),
+        );
+    }
     let pristine = unwire(pod, &was);
     let wired = format!("wired in {} mode (profile {})", was.mode, was.profile);
     let now = match core::inject(&pristine, ns, config) {
@@ -326,6 +346,36 @@ mod tests {
         let inits = p.spec.as_ref().unwrap().init_containers.as_ref().unwrap();
         assert_eq!(inits[0].name, INIT_TOOLS);
         assert_eq!(compare(&p, &ns(&[]), &classic), None);
+    }
+
+    #[test]
+    fn a_status_that_claims_more_than_the_pod_carries_is_flagged() {
+        let config = Config::builtin();
+        let n = ns(&[("pdp-injector.io/injection", "enabled")]);
+        for inject in ["sidecar", "daemonset"] {
+            let p = wired(
+                &plain(json!({"pdp-injector.io/inject": inject})),
+                &n,
+                &config,
+            );
+            assert_eq!(compare(&p, &n, &config), None, "{inject}");
+            // The status copied onto the unwired template: the claim alone does not pass.
+            let raw = annotation(&p, ANNOTATION_STATUS).unwrap();
+            let copied = plain(json!({"pdp-injector.io/inject": inject, ANNOTATION_STATUS: raw}));
+            let d = compare(&copied, &n, &config).unwrap();
+            assert_eq!(d.drift, Drift::StatusNotCarried, "{inject}: {d:?}");
+            assert!(d.detail.contains("is missing"), "{d:?}");
+            // One variable taken out of the wired Pod is enough.
+            let mut partial = p.clone();
+            let app = &mut partial.spec.as_mut().unwrap().containers[0];
+            app.env
+                .as_mut()
+                .unwrap()
+                .retain(|e| e.name != "CERBOS_PDP_ADDR");
+            let d = compare(&partial, &n, &config).unwrap();
+            assert_eq!(d.drift, Drift::StatusNotCarried, "{inject}: {d:?}");
+            assert!(d.detail.contains("CERBOS_PDP_ADDR"), "{d:?}");
+        }
     }
 
     #[test]

@@ -52,6 +52,15 @@ pub enum Reason {
     /// The apiserver sent the Pod through the entry for opted-in namespaces, but the webhook could not read the
     /// namespace to confirm it: the Pod is refused rather than run without its PDP (the controller retries).
     NamespaceUnreadable,
+    /// The Pod opts out (`pdp-injector.io/inject: disabled`) in a namespace that requires injection
+    /// (`pdp-injector.io/required: "true"`).
+    RequiredOptOut,
+    /// In a namespace that requires injection, the Pod carries a status annotation that is unreadable, names a
+    /// profile the config does not have, or claims a wiring the Pod does not carry.
+    ForgedStatus,
+    /// In a namespace that requires injection, the Pod has a container named like the PDP container of a
+    /// profile it gets.
+    PdpContainerNamed,
 }
 
 impl Reason {
@@ -77,6 +86,9 @@ impl Reason {
             Reason::HostNetworkSidecar => "host_network_sidecar",
             Reason::InvalidObject => "invalid_object",
             Reason::NamespaceUnreadable => "namespace_unreadable",
+            Reason::RequiredOptOut => "required_opt_out",
+            Reason::ForgedStatus => "forged_status",
+            Reason::PdpContainerNamed => "pdp_container_named",
             Reason::NoCentralAddress => "no_central_address",
         }
     }
@@ -103,12 +115,15 @@ impl Reason {
             | Reason::HostNetworkSidecar
             | Reason::InvalidObject
             | Reason::NamespaceUnreadable
-            | Reason::NoCentralAddress => "deny",
+            | Reason::NoCentralAddress
+            | Reason::RequiredOptOut
+            | Reason::ForgedStatus
+            | Reason::PdpContainerNamed => "deny",
         }
     }
 
     /// Every reason, for documentation and for metrics that must show zeros.
-    pub const ALL: [Reason; 20] = [
+    pub const ALL: [Reason; 23] = [
         Reason::InjectedSidecar,
         Reason::InjectedDaemonset,
         Reason::InjectedCentral,
@@ -129,6 +144,9 @@ impl Reason {
         Reason::InvalidObject,
         Reason::NamespaceUnreadable,
         Reason::NoCentralAddress,
+        Reason::RequiredOptOut,
+        Reason::ForgedStatus,
+        Reason::PdpContainerNamed,
     ];
 }
 
@@ -148,17 +166,22 @@ pub enum WarningCode {
     EnvKept,
     /// The Pod asked for injection but its namespace opted out.
     NamespaceOverride,
-    /// The status annotation could not be read, so the Pod was not re-wired.
+    /// The status annotation could not be read (or names a profile the config does not have): the Pod is wired
+    /// as if it had none.
     StatusUnreadable,
+    /// The status annotation claims a wiring the Pod does not carry (a copied or forged status): the Pod is
+    /// wired as if it had none.
+    StatusNotCarried,
 }
 
 impl WarningCode {
     /// Every warning code, for documentation.
-    pub const ALL: [WarningCode; 4] = [
+    pub const ALL: [WarningCode; 5] = [
         WarningCode::DowngradedPss,
         WarningCode::EnvKept,
         WarningCode::NamespaceOverride,
         WarningCode::StatusUnreadable,
+        WarningCode::StatusNotCarried,
     ];
 
     /// The stable code.
@@ -168,6 +191,7 @@ impl WarningCode {
             WarningCode::EnvKept => "env_kept",
             WarningCode::NamespaceOverride => "namespace_override",
             WarningCode::StatusUnreadable => "status_unreadable",
+            WarningCode::StatusNotCarried => "status_not_carried",
         }
     }
 }

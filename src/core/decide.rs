@@ -15,6 +15,8 @@ pub struct NamespaceInfo {
     pub injection: Option<String>,
     /// Value of the `pod-security.kubernetes.io/enforce` label.
     pub pss_enforce: Option<String>,
+    /// The `pdp-injector.io/required` label is `"true"`.
+    pub required: bool,
 }
 
 impl NamespaceInfo {
@@ -37,6 +39,8 @@ impl NamespaceInfo {
                 ns.injection = Some(v.clone());
             } else if k == LABEL_PSS_ENFORCE {
                 ns.pss_enforce = Some(v.clone());
+            } else if k == LABEL_NAMESPACE_REQUIRED {
+                ns.required = v == "true";
             }
         }
         ns
@@ -49,6 +53,11 @@ impl NamespaceInfo {
             self.injection.as_deref().and_then(parse_choice),
             Some(PodChoice::Mode(_) | PodChoice::Enabled)
         )
+    }
+
+    /// Whether the namespace may not opt out: labelled `pdp-injector.io/required: "true"` and opted in.
+    pub fn requires_injection(&self) -> bool {
+        self.required && self.opted_in()
     }
 
     /// The namespace's enforced Pod Security level, or the config's default when it has none.
@@ -118,6 +127,9 @@ pub struct Plan {
     pub previous: Option<Status>,
     /// Warnings from the decision itself.
     pub warnings: Vec<Warning>,
+    /// The namespace's name when it requires injection (`pdp-injector.io/required`): a status annotation of a
+    /// further profile that is not believed is then refused rather than replaced.
+    pub required: Option<String>,
 }
 
 /// The decision, before anything is rendered.
@@ -139,17 +151,129 @@ fn quote_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
         .join(", ")
 }
 
-/// True when the Pod carries a container named like the PDP container of any profile.
-fn has_pdp_container(pod: &PodView<'_>, config: &Config) -> bool {
+/// The Pod's container named like the PDP container of a profile the Pod gets, with that profile: only the
+/// chosen profiles count (a `flagd` container that another webhook added does not stop the Cerbos wiring).
+fn pdp_named_container<'p>(pod: &'p PodView<'_>, config: &Config) -> Option<(&'p str, String)> {
+    let profiles = pod_profiles(pod, config).ok()?;
     pod.containers()
         .iter()
         .chain(pod.init_containers())
-        .any(|c| {
-            config
-                .profiles
-                .values()
-                .any(|p| p.container_name == c.name.as_str())
+        .find_map(|c| {
+            profiles
+                .iter()
+                .find(|p| config.profiles[p.as_str()].container_name == c.name.as_str())
+                .map(|p| (c.name.as_str(), p.clone()))
         })
+}
+
+/// The refusal of what a namespace that requires injection does not allow.
+pub(crate) fn required_denial(reason: Reason, namespace: &str, what: String, fix: &str) -> Denial {
+    Denial {
+        reason,
+        message: format!(
+            "namespace {namespace:?} requires injection (label {LABEL_NAMESPACE_REQUIRED}=true), which does not allow {what}: {fix}"
+        ),
+    }
+}
+
+/// The refusal of a status annotation that is not believed, in a namespace that requires injection.
+pub(crate) fn forged_status(namespace: &str, key: &str, doubt: impl std::fmt::Display) -> Denial {
+    required_denial(
+        Reason::ForgedStatus,
+        namespace,
+        format!("a status annotation {key} that {doubt}"),
+        "remove the annotation from the Pod's template, and the webhook wires the Pod",
+    )
+}
+
+/// What of the wiring `status` claims the Pod does not carry, if anything: "already wired" is believed only when
+/// the PDP container, the volumes, and in every wired app container the variables and mounts it names are
+/// there, and it names at least what its mode always gives.
+pub fn missing_wiring(pod: &PodView<'_>, status: &Status, config: &Config) -> Option<String> {
+    let Some(profile) = config.profiles.get(&status.profile) else {
+        return Some(format!(
+            "profile {:?}, which the config does not have",
+            status.profile
+        ));
+    };
+    let named = |n: &str| {
+        pod.containers()
+            .iter()
+            .chain(pod.init_containers())
+            .any(|c| c.name.as_str() == n)
+    };
+    if status.mode == Mode::Sidecar
+        && status.sidecar.as_deref() != Some(profile.container_name.as_str())
+    {
+        return Some(format!(
+            "sidecar mode without recording the PDP container {:?}",
+            profile.container_name
+        ));
+    }
+    if let Some(sidecar) = status.sidecar.as_deref().filter(|s| !named(s)) {
+        return Some(format!("the PDP container {sidecar:?}"));
+    }
+    let volumes = crate::core::view::volume_entries(pod.spec.as_ref().and_then(|s| s.volumes))
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    if let Some(v) = status
+        .volumes
+        .iter()
+        .find(|v| !volumes.iter().any(|e| e.name.as_str() == v.as_str()))
+    {
+        return Some(format!("volume {v:?}"));
+    }
+    let least = crate::core::render::app_env(
+        profile,
+        crate::core::render::Wiring {
+            mode: status.mode,
+            socket: false,
+            tls: false,
+            family: config.node_address_family,
+        },
+    );
+    if let Some(var) = least.iter().find(|e| !status.env.contains(&e.name)) {
+        return Some(format!(
+            "{} mode without recording variable {}",
+            status.mode, var.name
+        ));
+    }
+    let mounted: Vec<&String> = status
+        .volumes
+        .iter()
+        .filter(|v| [VOLUME_SOCKET, VOLUME_MTLS, VOLUME_TLS].contains(&v.as_str()))
+        .collect();
+    for name in &status.containers {
+        let Some(c) = pod.containers().iter().find(|c| c.name.as_str() == name) else {
+            return Some(format!("app container {name:?}"));
+        };
+        let env = crate::core::view::parse_list::<crate::core::view::EnvEntry<'_>>(c.env, "env")
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if let Some(var) = status
+            .env
+            .iter()
+            .find(|v| !env.iter().any(|e| e.name.as_str() == v.as_str()))
+        {
+            return Some(format!("variable {var} in container {name:?}"));
+        }
+        let mounts = crate::core::view::parse_list::<crate::core::view::MountEntry<'_>>(
+            c.volume_mounts,
+            "volumeMounts",
+        )
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+        if let Some(v) = mounted
+            .iter()
+            .find(|v| !mounts.iter().any(|m| m.name.as_str() == v.as_str()))
+        {
+            return Some(format!("the mount of volume {v:?} in container {name:?}"));
+        }
+    }
+    None
 }
 
 /// Applies the precedence table: namespace `disabled` > Pod `disabled` > Pod mode > namespace mode > config default.
@@ -162,11 +286,29 @@ pub fn decide(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Decisio
     if pod.annotation(ANNOTATION_MIRROR).is_some() {
         return Decision::Skip(Reason::MirrorPod, vec![]);
     }
+    let mut warnings = vec![];
     if let Some(raw) = pod.annotation(ANNOTATION_STATUS) {
-        return decide_rewire(pod, ns, config, raw);
+        match decide_rewire(pod, ns, config, raw) {
+            Ok(decision) => return decision,
+            // Not believed: wired as if it had no status (the fresh status replaces it), or refused.
+            Err(doubt) if ns.requires_injection() => {
+                return Decision::Deny(forged_status(&ns.name, ANNOTATION_STATUS, doubt));
+            }
+            Err(doubt) => warnings.push(doubt.warning(ANNOTATION_STATUS)),
+        }
     }
-    if has_pdp_container(pod, config) {
-        return Decision::Skip(Reason::AlreadyInjected, vec![]);
+    if let Some((container, profile)) = pdp_named_container(pod, config) {
+        if ns.requires_injection() {
+            return Decision::Deny(required_denial(
+                Reason::PdpContainerNamed,
+                &ns.name,
+                format!(
+                    "container {container:?}, named like the PDP container of profile {profile:?}"
+                ),
+                "rename the container",
+            ));
+        }
+        return Decision::Skip(Reason::AlreadyInjected, warnings);
     }
 
     let ns_choice = ns.injection.as_deref().map(|v| (v, parse_choice(v)));
@@ -179,7 +321,6 @@ pub fn decide(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Decisio
     };
 
     if let Some((_, Some(PodChoice::Disabled))) = ns_choice {
-        let mut warnings = vec![];
         if let Some(v) = pod_value.filter(|v| *v != "disabled") {
             warnings.push(Warning {
                 code: WarningCode::NamespaceOverride,
@@ -207,7 +348,15 @@ pub fn decide(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Decisio
         },
     };
     if pod_choice == Some(PodChoice::Disabled) {
-        return Decision::Skip(Reason::OptedOut, vec![]);
+        if ns.requires_injection() {
+            return Decision::Deny(required_denial(
+                Reason::RequiredOptOut,
+                &ns.name,
+                format!("the opt-out {pod_key}=disabled"),
+                "remove it, or run the Pod in another namespace",
+            ));
+        }
+        return Decision::Skip(Reason::OptedOut, warnings);
     }
     let ns_choice = match ns_choice {
         None => None,
@@ -230,7 +379,7 @@ pub fn decide(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Decisio
         (None, Some(PodChoice::Mode(m))) => m,
         (None, Some(PodChoice::Enabled)) => config.default_mode,
         (None, _) if config.inject_by_default => config.default_mode,
-        (None, _) => return Decision::Skip(Reason::NotOptedIn, vec![]),
+        (None, _) => return Decision::Skip(Reason::NotOptedIn, warnings),
         (Some(PodChoice::Disabled), _) => unreachable!("handled above"),
     };
 
@@ -249,8 +398,44 @@ pub fn decide(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Decisio
         containers,
         pss: ns.pss_level(config),
         previous: None,
-        warnings: vec![],
+        warnings,
+        required: ns.requires_injection().then(|| ns.name.clone()),
     }))
+}
+
+/// Why a status annotation is not believed.
+pub(crate) enum StatusDoubt {
+    /// Not JSON of a status, or a profile the config does not have.
+    Unreadable(String),
+    /// It claims a piece of wiring the Pod does not carry.
+    NotCarried(String),
+}
+
+impl std::fmt::Display for StatusDoubt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StatusDoubt::Unreadable(why) => f.write_str(why),
+            StatusDoubt::NotCarried(what) => {
+                write!(
+                    f,
+                    "claims a wiring the Pod does not carry ({what} is missing)"
+                )
+            }
+        }
+    }
+}
+
+impl StatusDoubt {
+    /// The warning of a Pod wired as if the status annotation `key` were absent.
+    pub(crate) fn warning(&self, key: &str) -> Warning {
+        Warning {
+            code: match self {
+                StatusDoubt::Unreadable(_) => WarningCode::StatusUnreadable,
+                StatusDoubt::NotCarried(_) => WarningCode::StatusNotCarried,
+            },
+            message: format!("annotation {key} {self}; the Pod is wired as if it had none"),
+        }
+    }
 }
 
 /// The profiles the Pod asks for, in its order: the `pdp-injector.io/profile` annotation (one name, or a comma
@@ -309,43 +494,42 @@ pub fn status_key(profile: &str) -> String {
 }
 
 /// A Pod that carries our status annotation was injected before (a reinvocation, or a copied manifest): keep its
-/// recorded mode and profile, and wire only what is missing.
-fn decide_rewire(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config, raw: &str) -> Decision {
-    let unreadable = |why: String| {
-        Decision::Skip(
-            Reason::AlreadyInjected,
-            vec![Warning {
-                code: WarningCode::StatusUnreadable,
-                message: format!("annotation {ANNOTATION_STATUS} {why}; the Pod is left as it is"),
-            }],
-        )
-    };
-    let status: Status = match serde_json::from_str(raw) {
-        Ok(s) => s,
-        Err(e) => return unreadable(format!("is not valid JSON ({e})")),
-    };
+/// recorded mode and profile, and wire only what is missing. `Err`: the status is not believed (unreadable, or
+/// claiming what the Pod does not carry), and the caller decides as if it were absent.
+fn decide_rewire(
+    pod: &PodView<'_>,
+    ns: &NamespaceInfo,
+    config: &Config,
+    raw: &str,
+) -> Result<Decision, StatusDoubt> {
+    let status: Status = serde_json::from_str(raw)
+        .map_err(|e| StatusDoubt::Unreadable(format!("is not valid JSON ({e})")))?;
     if !config.profiles.contains_key(&status.profile) {
-        return unreadable(format!(
-            "names profile {:?}, which the config no longer has",
+        return Err(StatusDoubt::Unreadable(format!(
+            "names profile {:?}, which the config does not have",
             status.profile
-        ));
+        )));
+    }
+    if let Some(what) = missing_wiring(pod, &status, config) {
+        return Err(StatusDoubt::NotCarried(what));
     }
     let containers = match select_containers(pod, config) {
         Ok(c) => c,
-        Err(d) => return Decision::Deny(d),
+        Err(d) => return Ok(Decision::Deny(d)),
     };
     // Re-wiring only ever wires containers the first pass did not: none new, nothing to do.
     if containers.iter().all(|c| status.containers.contains(c)) {
-        return Decision::Skip(Reason::AlreadyInjected, vec![]);
+        return Ok(Decision::Skip(Reason::AlreadyInjected, vec![]));
     }
-    Decision::Inject(Box::new(Plan {
+    Ok(Decision::Inject(Box::new(Plan {
         mode: status.mode,
         profile: status.profile.clone(),
         containers,
         pss: ns.pss_level(config),
         previous: Some(status),
         warnings: vec![],
-    }))
+        required: ns.requires_injection().then(|| ns.name.clone()),
+    })))
 }
 
 /// The app containers to wire: all of them, or those named by the containers annotation. A PDP container (a

@@ -7,12 +7,10 @@ use json_patch::{Patch, PatchOperation};
 use serde_json::Value;
 
 use crate::config::{Config, Mode, Profile, PssLevel};
-use crate::core::decide::{pod_profiles, status_key};
+use crate::core::decide::{StatusDoubt, forged_status, missing_wiring, pod_profiles, status_key};
 use crate::core::render::{Wiring, app_env, render, tls_applies};
 use crate::core::view::{PodView, pod_json};
-use crate::core::{
-    Decision, Denial, NamespaceInfo, Plan, Reason, Status, Warning, WarningCode, decide,
-};
+use crate::core::{Decision, Denial, NamespaceInfo, Plan, Reason, Status, Warning, decide};
 use crate::names::ANNOTATION_STATUS;
 
 /// A Pod that gets wired.
@@ -243,18 +241,33 @@ fn wire_more(
         let annotations = current["metadata"]["annotations"].as_object();
         let previous: Option<Status> = match annotations.and_then(|a| a.get(&key)) {
             None => None,
-            Some(raw) => match raw.as_str().map(serde_json::from_str) {
-                Some(Ok(s)) => Some(s),
-                _ => {
-                    warnings.push(Warning {
-                        code: WarningCode::StatusUnreadable,
-                        message: format!(
-                            "annotation {key} is not a valid status; profile {name:?} is left as it is"
-                        ),
-                    });
-                    continue;
+            Some(raw) => {
+                let doubt = match raw.as_str().map(serde_json::from_str::<Status>) {
+                    Some(Ok(s)) if s.profile != *name => Err(StatusDoubt::Unreadable(format!(
+                        "names profile {:?}, not {name:?}",
+                        s.profile
+                    ))),
+                    Some(Ok(s)) => {
+                        let json = current.to_string();
+                        let view = PodView::parse(&json).map_err(internal)?;
+                        match missing_wiring(&view, &s, config) {
+                            None => Ok(s),
+                            Some(what) => Err(StatusDoubt::NotCarried(what)),
+                        }
+                    }
+                    _ => Err(StatusDoubt::Unreadable("is not a valid status".into())),
+                };
+                match doubt {
+                    Ok(s) => Some(s),
+                    Err(doubt) => match &plan.required {
+                        Some(ns) => return Err(forged_status(ns, &key, doubt)),
+                        None => {
+                            warnings.push(doubt.warning(&key));
+                            None
+                        }
+                    },
                 }
-            },
+            }
         };
         let sub = Plan {
             mode: previous.as_ref().map_or(plan.mode, |s| s.mode),
@@ -263,6 +276,7 @@ fn wire_more(
             pss: plan.pss,
             previous,
             warnings: vec![],
+            required: plan.required.clone(),
         };
         // render reads and writes pdp-injector.io/status: lend it this profile's status for the call, and move
         // what it writes there to the profile's own key.

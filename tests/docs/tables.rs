@@ -69,6 +69,7 @@ pub fn precedence_matrix() -> String {
                 name: "shop".into(),
                 injection: ns.map(String::from),
                 pss_enforce: None,
+                required: false,
             };
             let outcome = inject(&pod_with(pod), &info, &config);
             write!(s, " {} |", describe_outcome(&outcome)).unwrap();
