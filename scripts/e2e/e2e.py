@@ -42,6 +42,7 @@ STATUS = "pdp-injector.io/status"
 INJECT = "pdp-injector.io/inject"
 PROFILE = "pdp-injector.io/profile"
 NS_LABEL = "pdp-injector.io/injection"
+REQUIRED_LABEL = "pdp-injector.io/required"
 CENTRAL_ADDR = "cerbos.cerbos.svc.cluster.local:3593"
 PSS_LABEL = "pod-security.kubernetes.io/enforce"
 # Kubernetes 1.21+ sets this label on every namespace; the webhook configuration's exclusions rely on it.
@@ -1195,6 +1196,53 @@ def _(h):
         # No namespace controller runs here: the namespace stays Terminating, with nothing in it.
         h.kubectl("delete", "namespace", "flagd-node", "--wait=false", check_rc=False)
         h.kubectl("delete", "-f", str(crd), "--wait=false", check_rc=False)
+
+
+@case("required-namespace-refuses-forged-status-and-opt-out", needs="namespace watch")
+def _(h):
+    ns = h.namespace("required", {NS_LABEL: "daemonset", REQUIRED_LABEL: "true"})
+    h.must_create(pod("wired", ns))
+    status = (h.get("pod", "wired", ns)["metadata"].get("annotations") or {}).get(STATUS)
+    check(status, "a Pod of a required namespace was not wired")
+    app = {"name": "app", "image": PAUSE}
+    refused = [
+        ("forged", {STATUS: status}, None, "forged_status"),
+        ("opted-out", {INJECT: "disabled"}, None, "required_opt_out"),
+        ("named", None, [app, {"name": "cerbos-pdp", "image": PAUSE}], "pdp_container_named"),
+    ]
+    for name, ann, containers, code in refused:
+        out, err, rc = h.create(pod(name, ns, annotations=ann, containers=containers))
+        check(rc != 0 and code in err and ns in err, f"{name}: not refused with {code}: rc {rc}, {one_line(err)}")
+        check(h.get("pod", name, ns) is None, f"{name}: the refused Pod was stored")
+    # Only the chosen profile's container name counts: a container named flagd does not stop the Cerbos wiring.
+    h.must_create(pod("flagd", ns, containers=[app, {"name": "flagd", "image": PAUSE}]))
+    stored = h.get("pod", "flagd", ns)
+    check((status_of(stored) or {}).get("profile") == "cerbos", f"not wired for cerbos: {status_of(stored)}")
+    check("CERBOS_PDP_ADDR" in env_names(by_name(stored["spec"]["containers"], "app")), "app container not wired")
+    # Elsewhere the copied status is not believed either: the Pod is wired, with a warning.
+    other = h.namespace("forged-elsewhere", {NS_LABEL: "daemonset"})
+    out, err = h.must_create(pod("forged", other, annotations={STATUS: status}))
+    stored = h.get("pod", "forged", other)
+    check("CERBOS_PDP_ADDR" in env_names(stored["spec"]["containers"][0]),
+          "a Pod with a copied status was left unwired")
+    check("status_not_carried" in err, f"kubectl showed no status_not_carried warning: {one_line(err)}")
+
+
+@case("check-flags-a-status-the-pod-does-not-carry")
+def _(h):
+    if needs_local(h):
+        return
+    ns = h.namespace("check-forged")
+    wired, _ = create_and_compare(h, pod("wired", ns, annotations={INJECT: "daemonset"}))
+    h.must_create(pod("copied", ns))
+    # The status of the wired Pod, written onto an unwired one (an UPDATE, which the webhook never sees).
+    h.kubectl("-n", ns, "annotate", "pod", "copied", f"{INJECT}=daemonset",
+              f"{STATUS}={wired['metadata']['annotations'][STATUS]}")
+    rc, report, err = h.check(ns)
+    check(rc != 0, f"check exited {rc} with a Pod whose status claims a wiring it does not carry")
+    f = finding(report, "status_not_carried")
+    check("copied" in json.dumps(f) and "is missing" in f["message"], f"finding {f}")
+    check(f["severity"] == "error", f"severity {f['severity']}")
 
 
 @case("doubt-on-generic-path-fail-refuses-ignore-admits")
