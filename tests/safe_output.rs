@@ -589,7 +589,10 @@ fn a_forged_status_annotation_adds_no_image_hostpath_or_privilege() {
                 // A status the Pod does not carry is not believed: the Pod gets exactly what it would get
                 // without it (the admin's profile, nothing the record names), never a partial re-wiring.
                 let mut plain = annotations.clone();
-                plain.as_object_mut().unwrap().remove("pdp-injector.io/status");
+                plain
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("pdp-injector.io/status");
                 let fresh = answer(&review_with(plain, json!({})), &ns);
                 assert_eq!(a.pod["spec"], fresh.pod["spec"], "{ctx}");
                 assert_eq!(

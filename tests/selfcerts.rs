@@ -430,16 +430,71 @@ async fn two_replicas_rotating_the_ca_at_once_keep_every_served_certificate_trus
     assert!(trusted_by(&a.cert_pem, &bundle));
     assert_eq!(selfcerts::split_pem(&bundle).len(), 2, "{bundle}");
 
-    // A replica acting on what it read before the rotation writes only the old CA: the union keeps the new one.
-    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let old_cas = selfcerts::split_pem(&bundle)
-        .into_iter()
-        .find(|ca| chains_to(&old.cert_pem, ca))
-        .unwrap();
-    selfcerts::ensure_ca_bundle(&api, "pdp-injector", &old_cas, &Default::default())
+    // A replica writing caBundle again reads the Secret afresh (after the configuration): it writes the
+    // rotated set, never the one it read before the rotation.
+    let (api, secrets) = apis(&client);
+    let changed = selfcerts::ensure_ca_bundle(&api, "pdp-injector", &secrets, "pdp-injector-tls")
         .await
         .unwrap();
+    assert!(!changed);
     assert!(trusted_by(&a.cert_pem, &stored_bundle(&world)));
+    assert!(trusted_by(&old.cert_pem, &stored_bundle(&world)));
+}
+
+fn apis(client: &kube::Client) -> (Api<MutatingWebhookConfiguration>, Api<Secret>) {
+    (
+        Api::all(client.clone()),
+        Api::namespaced(client.clone(), "pdp-system"),
+    )
+}
+
+/// With the webhook's token one can write any caBundle (the guard must allow caBundle changes): a foreign CA or
+/// garbage written there is not kept, the next pass writes exactly the Secret's CAs.
+#[tokio::test]
+async fn ca_bundle_is_written_exactly_from_the_secret() {
+    let (client, world) = fake();
+    let served = selfcerts::reconcile(&client, &settings()).await.unwrap();
+    let ours = stored_bundle(&world);
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    assert_eq!(
+        ours,
+        selfcerts::bundle_from_secret(&stored_secret(&world), now)
+    );
+    let sans = pdp_injector::tls::certs::service_sans("pdp-injector", "pdp-system");
+    let foreign = pdp_injector::tls::certs::generate(&sans, 30, 10).unwrap();
+    for injected in [
+        format!("{ours}{}", foreign.ca_cert_pem),
+        foreign.ca_cert_pem.clone(),
+        "garbage".to_string(),
+        String::new(),
+    ] {
+        {
+            let mut w = world.lock().unwrap();
+            for wh in w.objects.get_mut(MWC).unwrap()["webhooks"]
+                .as_array_mut()
+                .unwrap()
+            {
+                wh["clientConfig"]["caBundle"] = json!(base64(injected.as_bytes()));
+            }
+        }
+        let again = selfcerts::reconcile(&client, &settings()).await.unwrap();
+        assert_eq!(again, served);
+        let bundle = stored_bundle(&world);
+        assert_eq!(bundle, ours, "after {injected:?}");
+        assert!(!bundle.contains(foreign.ca_cert_pem.trim()));
+    }
+    // A Secret without a usable CA never empties caBundle.
+    {
+        let mut w = world.lock().unwrap();
+        let secret = w.objects.get_mut(SECRET).unwrap();
+        secret["data"]["ca.crt"] = json!(base64(b"garbage"));
+    }
+    let (api, secrets) = apis(&client);
+    let e = selfcerts::ensure_ca_bundle(&api, "pdp-injector", &secrets, "pdp-injector-tls")
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("no usable CA"), "{e}");
+    assert_eq!(stored_bundle(&world), ours);
 }
 
 /// A retired CA leaves caBundle `retire_after` later, and a replica still acting on an older read cannot bring
@@ -469,18 +524,12 @@ async fn retired_cas_are_dropped_in_time_and_stay_dropped() {
         vec![selfcerts::fingerprint(&old_ca).unwrap()]
     );
 
-    // A stale replica that knows the drop cannot re-add the CA; one that does not know it re-adds it only until
-    // the next pass of any replica.
-    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let changed = selfcerts::ensure_ca_bundle(&api, "pdp-injector", &old_ca, &ledger.dropped_set())
+    // A replica writing caBundle reads the Secret afresh: the dropped CA cannot come back.
+    let (api, secrets) = apis(&client);
+    let changed = selfcerts::ensure_ca_bundle(&api, "pdp-injector", &secrets, "pdp-injector-tls")
         .await
         .unwrap();
     assert!(!changed);
-    selfcerts::ensure_ca_bundle(&api, "pdp-injector", &old_ca, &Default::default())
-        .await
-        .unwrap();
-    assert!(trusted_by(&old.cert_pem, &stored_bundle(&world)));
-    selfcerts::reconcile(&client, &quick).await.unwrap();
     assert!(!trusted_by(&old.cert_pem, &stored_bundle(&world)));
 }
 

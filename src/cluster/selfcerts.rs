@@ -5,14 +5,15 @@
 //! the MutatingWebhookConfiguration in step, and hands new material to the TLS reloader: every replica serves
 //! the new certificate without a restart.
 //!
-//! A CA change never breaks TLS for a replica that has not reloaded yet: `caBundle` holds the union of the
-//! unexpired CAs any replica may still serve with. The Secret's `ca.crt` lists the current CA first and the
-//! retired ones after it, with when each was retired (annotation `pdp-injector.io/retired-cas`); a retired CA
-//! is dropped `retire_after` later (annotation `pdp-injector.io/dropped-cas`), long after every replica has
-//! reloaded. `caBundle` is written with optimistic concurrency as the union of what it holds and the Secret's
-//! CAs, less the dropped ones, so a replica acting on a stale read can add a CA but never remove one that
-//! another replica serves with. A deleted Secret is recreated with the CAs of the current `caBundle` retired
-//! into it.
+//! A CA change never breaks TLS for a replica that has not reloaded yet: `caBundle` holds the unexpired CAs any
+//! replica may still serve with. The Secret's `ca.crt` lists the current CA first and the retired ones after
+//! it, with when each was retired (annotation `pdp-injector.io/retired-cas`); a retired CA is dropped
+//! `retire_after` later (annotation `pdp-injector.io/dropped-cas`), long after every replica has reloaded.
+//! `caBundle` is written exactly from the Secret's CAs (nothing it held before is kept, so a foreign or garbage
+//! bundle is gone by the next pass), with optimistic concurrency: the Secret is read after the configuration,
+//! and the Secret only moves forward, so a replica never writes a set older than one another replica wrote
+//! before it. A deleted Secret is recreated with the CAs of the current `caBundle` retired into it, trusted for
+//! `retire_after` only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -115,6 +116,10 @@ pub enum SelfCertError {
     /// Other replicas kept winning the race for too long.
     #[error("gave up after {0} conflicting updates of {1}")]
     Contention(usize, String),
+    /// The Secret holds no usable CA to write into `caBundle` (absent, or every CA unreadable or expired):
+    /// `caBundle` is left as it is rather than emptied.
+    #[error("Secret {0} holds no usable CA; caBundle left as it is")]
+    NoCa(String),
 }
 
 /// What the Secret's content means for this replica.
@@ -513,21 +518,33 @@ pub async fn current_ca_bundle(
         .collect())
 }
 
-/// Makes every webhook's `caBundle` the union of what it holds and `cas`, less expired and `dropped` CAs,
-/// written with the resourceVersion it was read at (a conflict re-reads and merges again). Returns whether
-/// anything changed.
+/// The `caBundle` a Secret stands for: its CAs (current first, then the retired ones still trusted), less
+/// expired, unreadable and dropped ones.
+pub fn bundle_from_secret(secret: &Secret, now: i64) -> String {
+    let cas = field(secret, "ca.crt").unwrap_or_default();
+    ca_union([cas.as_str()], &Ledger::of(secret).dropped_set(), now)
+}
+
+/// Makes every webhook's `caBundle` exactly [`bundle_from_secret`] of the Secret `secret_name`, read after the
+/// configuration and written with the configuration's resourceVersion (a conflict re-reads both). Whatever else
+/// `caBundle` held (a CA someone injected, garbage) is not kept. Returns whether anything changed.
 pub async fn ensure_ca_bundle(
     api: &Api<MutatingWebhookConfiguration>,
     name: &str,
-    cas: &str,
-    dropped: &BTreeSet<String>,
+    secrets: &Api<Secret>,
+    secret_name: &str,
 ) -> Result<bool, SelfCertError> {
     const ATTEMPTS: usize = 8;
     for _ in 0..ATTEMPTS {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
         let mut config = api.get(name).await?;
-        let held: String = config.webhooks.iter().flatten().map(bundle_of).collect();
-        let want = ca_union([cas, held.as_str()], dropped, now);
+        let want = match secrets.get_opt(secret_name).await? {
+            Some(secret) => bundle_from_secret(&secret, now),
+            None => String::new(),
+        };
+        if want.is_empty() {
+            return Err(SelfCertError::NoCa(secret_name.to_string()));
+        }
         let mut changed = false;
         for webhook in config.webhooks.iter_mut().flatten() {
             let want = Some(ByteString(want.as_bytes().to_vec()));
@@ -567,8 +584,8 @@ pub async fn reconcile(
     ensure_ca_bundle(
         &webhooks,
         &settings.webhook_config,
-        &settled.cas,
-        &settled.ledger.dropped_set(),
+        &secrets,
+        &settings.secret_name,
     )
     .await?;
     Ok(TlsMaterial {
