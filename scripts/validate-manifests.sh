@@ -562,7 +562,9 @@ def cel_guard(outdir):
         print("no ValidatingAdmissionPolicy in this overlay")
         return 0
     pod_policies = [d for d in policies if d["metadata"]["name"] in POD_POLICIES]
-    policies = [d for d in policies if d["metadata"]["name"] not in POD_POLICIES]
+    secret_policies = [d for d in policies if d["metadata"]["name"] in SECRET_POLICIES]
+    policies = [d for d in policies if d["metadata"]["name"] not in POD_POLICIES
+                and d["metadata"]["name"] not in SECRET_POLICIES]
     if policies and not mwc:
         print("  error: a ValidatingAdmissionPolicy but no MutatingWebhookConfiguration pdp-injector", file=sys.stderr)
         return 1
@@ -637,6 +639,28 @@ def cel_guard(outdir):
                 errors.append(f"{pname}: {case}: {'denied' if denied else 'allowed'}, expected "
                               f"{'allowed' if want else 'denied'}{(': ' + '; '.join(denied)[:200]) if denied else ''}")
 
+    secret_total = 0
+    for policy in secret_policies:
+        spec = policy["spec"]
+        pname = policy["metadata"]["name"]
+        ready = prepare(policy)
+        if ready is None:
+            break
+        if not matches(spec, "CREATE", "", "v1", "secrets", ""):
+            errors.append(f"{pname}: does not match CREATE of Secrets")
+            continue
+        for case, user, ns, secret, want in SECRET_POLICIES[pname]():
+            secret_total += 1
+            data = {"object": secret, "oldObject": None, "params": None, "namespaceObject": None, "authorizer": None,
+                    "request": {"operation": "CREATE", "namespace": ns, "name": secret["metadata"].get("name", ""),
+                                "userInfo": {"username": user},
+                                "kind": {"group": "", "version": "v1", "kind": "Secret"}},
+                    "variables": {}}
+            denied = run(ready, data)
+            if (not denied) != want:
+                errors.append(f"{pname}: {case}: {'denied' if denied else 'allowed'}, expected "
+                              f"{'allowed' if want else 'denied'}{(': ' + '; '.join(denied)[:200]) if denied else ''}")
+
     old = defaulted(mwc[0]) if mwc else None
     total = 0
     for policy in policies:
@@ -668,6 +692,8 @@ def cel_guard(outdir):
             said.append(f"{len(policies)} ValidatingAdmissionPolicy evaluated on {total} updates of pdp-injector")
         if pod_policies:
             said.append(f"{len(pod_policies)} on {pod_total} Pod creations")
+        if secret_policies:
+            said.append(f"{len(secret_policies)} on {secret_total} Secret creations")
         print(", ".join(said) + ", each allowed or denied as expected")
     return 1 if errors else 0
 
@@ -693,6 +719,12 @@ def port_guard_cases():
         ("hostNetwork with containerPort 3593", "shop", pod("g", [c([{"containerPort": 3593}])], host_network=True), False),
         ("hostNetwork with another port", "shop", pod("h", [c([{"containerPort": 9090}])], host_network=True), True),
         ("the front in pdp-node", "pdp-node", pod("front", [c([{"containerPort": 3593, "hostPort": 3593}])]), True),
+        ("hostPort 3592 (the front's HTTP port)", "shop", pod("i", [c([{"containerPort": 80, "hostPort": 3592}])]), False),
+        ("hostPort 8013 (flagd's evaluation port)", "shop", pod("j", [c([{"containerPort": 8013, "hostPort": 8013}])]), False),
+        ("hostNetwork with containerPort 8015", "shop", pod("k", [c([{"containerPort": 8015}])], host_network=True), False),
+        ("hostPort 8014 (flagd's, not published)", "shop", pod("l", [c([{"containerPort": 8014, "hostPort": 8014}])]), True),
+        ("flagd in flagd-node", "flagd-node", pod("flagd", [c([{"containerPort": 8013, "hostPort": 8013},
+                                                               {"containerPort": 8015, "hostPort": 8015}])]), True),
     ]
 
 
@@ -716,6 +748,26 @@ def flagd_port_guard_cases():
 
 
 POD_POLICIES = {"pdp-node-port-guard": port_guard_cases, "flagd-node-port-guard": flagd_port_guard_cases}
+
+
+def secret_guard_cases():
+    """(case, user, namespace, Secret, allowed?) for pdp-injector-secret-guard."""
+    sa = "system:serviceaccount:pdp-system:pdp-injector"
+    secret = lambda name=None, generate=None: {"apiVersion": "v1", "kind": "Secret",  # noqa: E731
+                                               "metadata": {k: v for k, v in (("name", name), ("generateName", generate)) if v},
+                                               "type": "kubernetes.io/tls"}
+    return [
+        ("the webhook creates its own Secret", sa, "pdp-system", secret("pdp-injector-tls"), True),
+        ("the webhook creates another Secret", sa, "pdp-system", secret("registry-credentials"), False),
+        ("the webhook creates a Secret by generateName", sa, "pdp-system", secret(generate="pdp-injector-tls-"), False),
+        ("the webhook creates its Secret's name elsewhere", sa, "default", secret("pdp-injector-tls"), False),
+        ("an admin creates another Secret", "alice", "pdp-system", secret("registry-credentials"), True),
+        ("another ServiceAccount of pdp-system", "system:serviceaccount:pdp-system:other", "pdp-system",
+         secret("x"), True),
+    ]
+
+
+SECRET_POLICIES = {"pdp-injector-secret-guard": secret_guard_cases}
 
 
 if __name__ == "__main__":

@@ -139,8 +139,8 @@ fn rbac_is_least_privilege() {
 
 #[test]
 fn check_role_reads_only() {
-    // `pdp-injector check` needs list/get and nothing else; no binding is shipped (users bind it), and the
-    // webhook's Secret and ConfigMap are readable only by name, in pdp-system.
+    // `pdp-injector check` needs list/get and nothing else; no binding is shipped (users bind it), the webhook's
+    // ConfigMap is readable only by name, in pdp-system, and no Secret at all (the TLS Secret holds the CA key).
     let check = docs("manifests/base/rbac-check.yaml");
     assert_eq!(check.len(), 2);
     for doc in &check {
@@ -151,7 +151,8 @@ fn check_role_reads_only() {
                 assert!(verb == "get" || verb == "list", "{verb} in {rule}");
             }
             let resources = rule["resources"].to_string();
-            if resources.contains("secrets") || resources.contains("configmaps") {
+            assert!(!resources.contains("secrets"), "{rule}");
+            if resources.contains("configmaps") {
                 assert_eq!(doc["kind"], "Role", "{rule}");
                 assert_eq!(doc["metadata"]["namespace"], "pdp-system");
                 assert!(rule["resourceNames"].is_array(), "{rule}");
