@@ -1000,3 +1000,141 @@ fn strings(v: &Value) -> Vec<String> {
         .map(|a| a.as_str().unwrap().to_string())
         .collect()
 }
+
+/// Every grant of every rendered overlay, one line each: `Kind namespace/name: group/resource[name] verb` for
+/// the rules of Roles and ClusterRoles, `Kind namespace/name -> RoleKind/role: SubjectKind namespace/name` for
+/// bindings.
+fn grants(docs: &[Value]) -> BTreeSet<String> {
+    let list = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut out = BTreeSet::new();
+    for d in docs {
+        let kind = d["kind"].as_str().unwrap_or_default();
+        let at = format!(
+            "{kind} {}/{}",
+            d["metadata"]["namespace"].as_str().unwrap_or(""),
+            d["metadata"]["name"].as_str().unwrap()
+        );
+        match kind {
+            "Role" | "ClusterRole" => {
+                assert!(d.get("aggregationRule").is_none(), "{at}: aggregated role");
+                for r in d["rules"].as_array().into_iter().flatten() {
+                    assert!(r.get("nonResourceURLs").is_none(), "{at}: {r}");
+                    let names = list(&r["resourceNames"]);
+                    let names = if names.is_empty() {
+                        vec![String::new()]
+                    } else {
+                        names
+                    };
+                    for g in list(&r["apiGroups"]) {
+                        for res in list(&r["resources"]) {
+                            for n in &names {
+                                for v in list(&r["verbs"]) {
+                                    let n = if n.is_empty() {
+                                        String::new()
+                                    } else {
+                                        format!("[{n}]")
+                                    };
+                                    out.insert(format!("{at}: {g}/{res}{n} {v}"));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            "RoleBinding" | "ClusterRoleBinding" => {
+                let role = &d["roleRef"];
+                for s in d["subjects"].as_array().into_iter().flatten() {
+                    out.insert(format!(
+                        "{at} -> {}/{}: {} {}/{}",
+                        role["kind"].as_str().unwrap(),
+                        role["name"].as_str().unwrap(),
+                        s["kind"].as_str().unwrap(),
+                        s["namespace"].as_str().unwrap_or(""),
+                        s["name"].as_str().unwrap()
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Every RBAC grant the install can make, over all overlays. A new grant is a deliberate change of this list
+/// (and of SECURITY.md's RBAC section), never a side effect of a manifest edit.
+const PINNED_GRANTS: &[&str] = &[
+    // The webhook: namespace labels.
+    "ClusterRole /pdp-injector: /namespaces get",
+    "ClusterRole /pdp-injector: /namespaces list",
+    "ClusterRole /pdp-injector: /namespaces watch",
+    "ClusterRoleBinding /pdp-injector -> ClusterRole/pdp-injector: ServiceAccount pdp-system/pdp-injector",
+    // Self-managed certificates: its own registration's caBundle, its own Secret (create guarded by name).
+    "ClusterRole /pdp-injector-webhook-config: admissionregistration.k8s.io/mutatingwebhookconfigurations[pdp-injector] get",
+    "ClusterRole /pdp-injector-webhook-config: admissionregistration.k8s.io/mutatingwebhookconfigurations[pdp-injector] patch",
+    "ClusterRole /pdp-injector-webhook-config: admissionregistration.k8s.io/mutatingwebhookconfigurations[pdp-injector] update",
+    "ClusterRoleBinding /pdp-injector-webhook-config -> ClusterRole/pdp-injector-webhook-config: ServiceAccount pdp-system/pdp-injector",
+    "Role pdp-system/pdp-injector: /secrets create",
+    "Role pdp-system/pdp-injector: /secrets[pdp-injector-tls] get",
+    "Role pdp-system/pdp-injector: /secrets[pdp-injector-tls] list",
+    "Role pdp-system/pdp-injector: /secrets[pdp-injector-tls] patch",
+    "Role pdp-system/pdp-injector: /secrets[pdp-injector-tls] update",
+    "Role pdp-system/pdp-injector: /secrets[pdp-injector-tls] watch",
+    "RoleBinding pdp-system/pdp-injector -> Role/pdp-injector: ServiceAccount pdp-system/pdp-injector",
+    // `pdp-injector check`, shipped unbound: reads, no Secret.
+    "ClusterRole /pdp-injector-check: /namespaces get",
+    "ClusterRole /pdp-injector-check: /namespaces list",
+    "ClusterRole /pdp-injector-check: /nodes get",
+    "ClusterRole /pdp-injector-check: /nodes list",
+    "ClusterRole /pdp-injector-check: /pods get",
+    "ClusterRole /pdp-injector-check: /pods list",
+    "ClusterRole /pdp-injector-check: admissionregistration.k8s.io/mutatingwebhookconfigurations[pdp-injector] get",
+    "ClusterRole /pdp-injector-check: apps/controllerrevisions get",
+    "ClusterRole /pdp-injector-check: apps/controllerrevisions list",
+    "ClusterRole /pdp-injector-check: apps/daemonsets get",
+    "ClusterRole /pdp-injector-check: apps/daemonsets list",
+    "ClusterRole /pdp-injector-check: apps/deployments get",
+    "ClusterRole /pdp-injector-check: apps/deployments list",
+    "ClusterRole /pdp-injector-check: apps/replicasets get",
+    "ClusterRole /pdp-injector-check: apps/replicasets list",
+    "ClusterRole /pdp-injector-check: batch/jobs get",
+    "ClusterRole /pdp-injector-check: batch/jobs list",
+    "Role pdp-system/pdp-injector-check: /configmaps[pdp-injector-config] get",
+];
+
+#[test]
+fn every_overlay_grants_only_the_pinned_rbac() {
+    let overlays: Vec<String> =
+        fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/overlays"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+    assert!(overlays.len() >= 8, "{overlays:?}");
+    let pinned: BTreeSet<String> = PINNED_GRANTS.iter().map(|s| s.to_string()).collect();
+    let mut seen = BTreeSet::new();
+    for overlay in &overlays {
+        let all = grants(&rendered(overlay));
+        let beyond: Vec<&String> = all.difference(&pinned).collect();
+        assert!(
+            beyond.is_empty(),
+            "overlay {overlay} grants beyond the pinned list:\n{}",
+            beyond
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        seen.extend(all);
+    }
+    // A pinned grant that no overlay makes any more is a stale pin.
+    let stale: Vec<&String> = pinned.difference(&seen).collect();
+    assert!(
+        stale.is_empty(),
+        "pinned but granted by no overlay: {stale:?}"
+    );
+}

@@ -317,38 +317,20 @@ pub(super) fn check_volume_keys(tree: &serde_json::Value) -> Result<(), ConfigEr
     Ok(())
 }
 
-/// Directories that hold other directories of their own: `socket.dir` may be below them, never them or above.
-const SOCKET_DIR_PARENTS: [&str; 5] = ["/", "/run", "/var/run", "/var", "/var/lib"];
-
-/// Trees of the node that belong to the system, the kubelet or the container runtime (with its sockets):
-/// `socket.dir` may be none of them, nor above, nor inside one. In daemonset mode `socket.dir` is a hostPath
-/// of the node, mounted into every wired Pod (and created, made writable, by the PDP's DaemonSet).
-/// `/var/run` is a symlink to `/run` on most nodes: both spellings are listed.
-const SOCKET_DIR_SYSTEM_TREES: [&str; 23] = [
-    "/etc",
-    "/proc",
-    "/sys",
-    "/dev",
-    "/boot",
-    "/home",
-    "/root",
-    "/usr",
-    "/var/log",
-    "/var/lib/kubelet",
-    "/var/lib/etcd",
-    "/var/lib/containerd",
-    "/var/lib/containers",
-    "/var/lib/docker",
-    "/run/containerd",
-    "/var/run/containerd",
-    "/run/crio",
-    "/var/run/crio",
-    "/run/docker.sock",
-    "/var/run/docker.sock",
-    "/run/cri-dockerd.sock",
-    "/var/run/cri-dockerd.sock",
-    "/run/dockershim.sock",
+/// The node directories a profile's `socket.dir` may be (an allow list: a deny list of the node's system
+/// trees always misses one, such as /run/k3s, /run/cilium, /run/dbus or the PDP instances' own directory). In
+/// daemonset mode `socket.dir` is a hostPath of every node, mounted into every wired Pod (and created, made
+/// writable, by the PDP's DaemonSet): the built-in profiles' directories, in both spellings (`/var/run` is a
+/// symlink to `/run` on most nodes).
+const SOCKET_DIRS: [&str; 4] = [
+    "/var/run/cerbos",
+    "/run/cerbos",
+    "/var/run/flagd",
+    "/run/flagd",
 ];
+
+/// Trees of the node that belong to pdp-injector: any directory below one may be a profile's `socket.dir`.
+const SOCKET_DIR_TREES: [&str; 2] = ["/var/run/pdp-injector", "/run/pdp-injector"];
 
 /// `path` with duplicate and trailing slashes and `.` segments removed (`//var/./run/` is `/var/run`).
 fn normalise_dir(path: &str) -> String {
@@ -367,41 +349,23 @@ fn is_parent(dir: &str, other: &str) -> bool {
 /// What is wrong with `socket.dir` as a node directory, if anything (it is already absolute and without `..`).
 pub(super) fn socket_dir_problem(dir: &str) -> Option<String> {
     let norm = normalise_dir(dir);
+    if SOCKET_DIRS.contains(&norm.as_str()) || SOCKET_DIR_TREES.iter().any(|t| is_parent(t, &norm))
+    {
+        return None;
+    }
     let shown = if norm == dir {
         String::new()
     } else {
         format!(" (that is {norm})")
     };
-    let hint = "in daemonset mode it is a hostPath of every node, mounted into every wired Pod: use a directory \
-                of the PDP's own, like /var/run/cerbos";
-    let system = || SOCKET_DIR_PARENTS.iter().chain(&SOCKET_DIR_SYSTEM_TREES);
-    if let Some(dir) = system().find(|s| norm == **s) {
-        return Some(
-            format!("{shown} is the node's {dir}; {hint}")
-                .trim_start()
-                .to_string(),
-        );
-    }
-    if let Some(dir) = system().find(|s| is_parent(&norm, s)) {
-        return Some(
-            format!("{shown} contains the node's {dir}; {hint}")
-                .trim_start()
-                .to_string(),
-        );
-    }
-    if let Some(tree) = SOCKET_DIR_SYSTEM_TREES.iter().find(|t| is_parent(t, &norm)) {
-        return Some(
-            format!("{shown} is inside the node's {tree}; {hint}")
-                .trim_start()
-                .to_string(),
-        );
-    }
-    if norm.matches('/').count() < 2 {
-        return Some(
-            format!("{shown} must be at least two levels deep; {hint}")
-                .trim_start()
-                .to_string(),
-        );
-    }
-    None
+    Some(
+        format!(
+            "{shown} is not a directory a node-local PDP may use: in daemonset mode it is a hostPath of every node, \
+             mounted into every wired Pod, so it must be one of {} or a directory below {}",
+            SOCKET_DIRS.join(", "),
+            SOCKET_DIR_TREES.join(" or ")
+        )
+        .trim_start()
+        .to_string(),
+    )
 }
