@@ -153,22 +153,54 @@ impl Bundle {
     }
 }
 
-/// Writes a file atomically (temp file + rename), so a watcher never reads half a certificate.
+/// Writes a file atomically, so a watcher never reads half a certificate: the bytes go to a new file in the
+/// target's directory (created exclusively and never through a symlink, so nothing planted under a temporary
+/// name is followed or reused), which is then renamed over the target (a symlink at the target is replaced,
+/// not followed). A file left behind by a failed write is removed.
 pub fn write_file(path: &Path, bytes: &[u8], private: bool) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = std::fs::OpenOptions::new()
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
+    let mut attempt = 0;
+    let (tmp, mut file) = loop {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or_default();
+        let tmp = dir.join(format!(
+            ".{}.{}.{nanos:x}.{}.tmp",
+            name.to_string_lossy(),
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        match std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .mode(if private { 0o600 } else { 0o644 })
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
+            .open(&tmp)
+        {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 16 => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    };
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    std::fs::rename(&tmp, path)
+    written
 }
 
 #[cfg(test)]
@@ -226,6 +258,39 @@ mod tests {
                 .unwrap()
                 .starts_with("-----BEGIN CERTIFICATE-----")
         );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A symlink planted where a predictable temporary file would go, or at the target itself, is never
+    /// followed: the file it points at stays as it was, and no temporary file is left.
+    #[test]
+    fn writes_never_follow_a_planted_symlink() {
+        let dir = std::env::temp_dir().join(format!("pdp-certs-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let target = dir.join("tls.key");
+        // What the old code wrote through: tls.tmp, and the target as a link.
+        std::os::unix::fs::symlink(&victim, dir.join("tls.tmp")).unwrap();
+        write_file(&target, b"first", true).unwrap();
+        std::fs::remove_file(&target).unwrap();
+        std::os::unix::fs::symlink(&victim, &target).unwrap();
+        write_file(&target, b"second", true).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        let meta = std::fs::symlink_metadata(&target).unwrap();
+        assert!(meta.file_type().is_file(), "the target is still a link");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "second");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["tls.key", "tls.tmp", "victim"]);
+        // A directory that does not exist is an error, not a write elsewhere.
+        assert!(write_file(&dir.join("missing/tls.key"), b"x", false).is_err());
         std::fs::remove_dir_all(dir).unwrap();
     }
 
