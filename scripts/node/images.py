@@ -18,7 +18,7 @@ The images, under the names the manifests and the injector's built-in profile us
   ghcr.io/cerbos/cerbos:0.42.0             the cerbos binary of the npm package @cerbos/cerbos-linux-x64 at /cerbos
                                            (the official image's entrypoint), CERBOS_NO_TELEMETRY=1 in its env. The
                                            version inside is the npm package's (see scripts/node/README.md)
-  docker.io/library/busybox:1.37.0         Debian's busybox-static with its applet links (the DaemonSet's chown)
+  docker.io/library/busybox:1.37.0         Debian's busybox-static with its applet links (test Pods)
   registry.k8s.io/pause:3.9                the sandbox image (containerd's sandbox_image): busybox sleeping
   localhost/pdp-injector-node/pdpclient:dev  the test client (scripts/node/pdpclient)
   localhost/pdp-injector-node/cerbos:next  the same Cerbos as another image (a marker file makes its digest

@@ -16,6 +16,9 @@
 //!   PROGRAM. flagd (Go) refuses to bind a socket path that exists and never removes one it did not close, so a
 //!   flagd container killed uncleanly (OOM, SIGKILL) could not restart in its Pod; this runs before every start
 //!   of that container (the helper lives in an emptyDir of the Pod, so it survives the restarts).
+//! - `chown UID:GID DIR`: the init containers of the node-local DaemonSets hand the hostPath directory the
+//!   kubelet created (as root, mode 0755) to the PDP's or the front's user, from the project's own image
+//!   (root with CAP_CHOWN only, no shell, no third-party image).
 //!
 //! Standard library only, linked statically: it runs inside images without a C library.
 
@@ -38,7 +41,8 @@ const USAGE: &str = "usage:
                                                           of a run-to-completion Pod have ended)
   pdp-await exec [--unlink-stale PATH]... -- PROGRAM [ARG]...
                                                           remove each PATH that is a socket nobody answers
-                                                          on, then run PROGRAM in this process";
+                                                          on, then run PROGRAM in this process
+  pdp-await chown UID:GID DIR                             give DIR (not what is in it) to UID:GID";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -86,6 +90,13 @@ fn run(args: &[String]) -> Result<ExitCode, Usage> {
             }
             Ok(report(exec(&program)))
         }
+        Some("chown") => match &args[1..] {
+            [owner, dir] => {
+                let (uid, gid) = owner_ids(owner)?;
+                Ok(report(chown(Path::new(dir), uid, gid)))
+            }
+            _ => Err(Usage("chown takes UID:GID and one directory".into())),
+        },
         Some(other) => Err(Usage(format!("unknown command {other:?}"))),
         None => Err(Usage("no command".into())),
     }
@@ -118,6 +129,27 @@ fn install(dir: &Path) -> Result<String, String> {
     std::fs::rename(&partial, &target)
         .map_err(|e| format!("cannot move {} into place: {e}", partial.display()))?;
     Ok(format!("installed {} ({bytes} bytes)", target.display()))
+}
+
+/// `UID:GID`, both numeric (the image has no user database).
+fn owner_ids(text: &str) -> Result<(u32, u32), Usage> {
+    let parsed = text
+        .split_once(':')
+        .and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)));
+    parsed.ok_or_else(|| Usage(format!("owner {text:?} is not UID:GID (numbers)")))
+}
+
+/// Gives `dir` itself to `uid:gid`; a symlink is refused rather than followed, since the directory is a hostPath
+/// of the node.
+fn chown(dir: &Path, uid: u32, gid: u32) -> Result<String, String> {
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))
+        .map_err(|e| format!("cannot give {} to {uid}:{gid}: {e}", dir.display()))?;
+    Ok(format!("{} now belongs to {uid}:{gid}", dir.display()))
 }
 
 fn set_executable(path: &Path) -> Result<(), String> {
@@ -388,6 +420,8 @@ mod tests {
             &["install"],
             &["install", "a", "b"],
             &["apps-done"],
+            &["chown", "1:1"],
+            &["chown", "root", "/tmp"],
             &["sleep"],
         ] {
             assert!(run(&args(bad)).is_err(), "{bad:?}");
@@ -533,6 +567,37 @@ mod tests {
         );
         assert!(file.exists());
         assert_eq!(unlink_stale(&dir.join("absent.sock")), Ok(None));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn chown_takes_numeric_owners_and_only_directories() {
+        assert_eq!(owner_ids("10001:10001"), Ok((10001, 10001)));
+        for bad in ["10001", "cerbos:cerbos", "1:", ":1", "-1:1"] {
+            assert!(owner_ids(bad).is_err(), "{bad}");
+        }
+        let dir = std::env::temp_dir().join(format!("pdp-await-chown-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let me = std::fs::metadata(&dir).unwrap();
+        // To its current owner: allowed without any capability.
+        let message = chown(&dir, me.uid(), me.gid()).unwrap();
+        assert!(message.contains("now belongs to"), "{message}");
+        let file = dir.join("f");
+        std::fs::write(&file, "").unwrap();
+        assert!(
+            chown(&file, me.uid(), me.gid())
+                .unwrap_err()
+                .contains("not a directory")
+        );
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(
+            chown(&link, me.uid(), me.gid())
+                .unwrap_err()
+                .contains("not a directory")
+        );
+        assert!(chown(&dir.join("missing"), 0, 0).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
