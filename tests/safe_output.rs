@@ -555,8 +555,6 @@ fn hostile_values_on_the_inject_label_are_refused() {
 #[test]
 fn a_forged_status_annotation_adds_no_image_hostpath_or_privilege() {
     let config = Config::builtin();
-    let input: Value = serde_json::from_str(FIXTURE).unwrap();
-    let original = &input["request"]["object"];
     let forged = [
         json!({"mode": "sidecar", "profile": "cerbos", "reason": "injected_sidecar", "configHash": "x",
                "version": "0", "sidecar": "evil", "volumes": ["pdp-injector-socket"], "containers": [],
