@@ -617,49 +617,33 @@ def cel_guard(outdir):
             denied.append(f"evaluation error: {e}")
         return denied
 
-    pod_total = 0
-    for policy in pod_policies:
-        spec = policy["spec"]
-        pname = policy["metadata"]["name"]
-        ready = prepare(policy)
-        if ready is None:
-            break
-        if not matches(spec, "CREATE", "", "v1", "pods", ""):
-            errors.append(f"{pname}: does not match CREATE of Pods")
-            continue
-        for case, ns, pod, want in POD_POLICIES[pname]():
-            pod_total += 1
-            data = {"object": pod, "oldObject": None, "params": None, "namespaceObject": None, "authorizer": None,
-                    "request": {"operation": "CREATE", "namespace": ns, "name": pod["metadata"]["name"],
-                                "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
-                                "kind": {"group": "", "version": "v1", "kind": "Pod"}},
-                    "variables": {}}
-            denied = run(ready, data)
-            if (not denied) != want:
-                errors.append(f"{pname}: {case}: {'denied' if denied else 'allowed'}, expected "
-                              f"{'allowed' if want else 'denied'}{(': ' + '; '.join(denied)[:200]) if denied else ''}")
+    def creations(selected, table, resource, kind):
+        """Evaluates policies on CREATE of `resource` against their cases; returns how many were evaluated."""
+        total = 0
+        for policy in selected:
+            spec = policy["spec"]
+            pname = policy["metadata"]["name"]
+            ready = prepare(policy)
+            if ready is None:
+                break
+            if not matches(spec, "CREATE", "", "v1", resource, ""):
+                errors.append(f"{pname}: does not match CREATE of {kind}s")
+                continue
+            for case, user, ns, obj, want in table[pname]():
+                total += 1
+                data = {"object": obj, "oldObject": None, "params": None, "namespaceObject": None, "authorizer": None,
+                        "request": {"operation": "CREATE", "namespace": ns, "name": obj["metadata"].get("name", ""),
+                                    "userInfo": {"username": user},
+                                    "kind": {"group": "", "version": "v1", "kind": kind}},
+                        "variables": {}}
+                denied = run(ready, data)
+                if (not denied) != want:
+                    errors.append(f"{pname}: {case}: {'denied' if denied else 'allowed'}, expected "
+                                  f"{'allowed' if want else 'denied'}{(': ' + '; '.join(denied)[:200]) if denied else ''}")
+        return total
 
-    secret_total = 0
-    for policy in secret_policies:
-        spec = policy["spec"]
-        pname = policy["metadata"]["name"]
-        ready = prepare(policy)
-        if ready is None:
-            break
-        if not matches(spec, "CREATE", "", "v1", "secrets", ""):
-            errors.append(f"{pname}: does not match CREATE of Secrets")
-            continue
-        for case, user, ns, secret, want in SECRET_POLICIES[pname]():
-            secret_total += 1
-            data = {"object": secret, "oldObject": None, "params": None, "namespaceObject": None, "authorizer": None,
-                    "request": {"operation": "CREATE", "namespace": ns, "name": secret["metadata"].get("name", ""),
-                                "userInfo": {"username": user},
-                                "kind": {"group": "", "version": "v1", "kind": "Secret"}},
-                    "variables": {}}
-            denied = run(ready, data)
-            if (not denied) != want:
-                errors.append(f"{pname}: {case}: {'denied' if denied else 'allowed'}, expected "
-                              f"{'allowed' if want else 'denied'}{(': ' + '; '.join(denied)[:200]) if denied else ''}")
+    pod_total = creations(pod_policies, POD_POLICIES, "pods", "Pod")
+    secret_total = creations(secret_policies, SECRET_POLICIES, "secrets", "Secret")
 
     old = defaulted(mwc[0]) if mwc else None
     total = 0
@@ -747,7 +731,14 @@ def flagd_port_guard_cases():
     ]
 
 
-POD_POLICIES = {"pdp-node-port-guard": port_guard_cases, "flagd-node-port-guard": flagd_port_guard_cases}
+def by_controller(cases):
+    """Pods are created by controllers: the user of every port-guard case."""
+    return lambda: [(case, "system:serviceaccount:kube-system:replicaset-controller", ns, pod, want)
+                    for case, ns, pod, want in cases()]
+
+
+POD_POLICIES = {"pdp-node-port-guard": by_controller(port_guard_cases),
+                "flagd-node-port-guard": by_controller(flagd_port_guard_cases)}
 
 
 def secret_guard_cases():

@@ -17,14 +17,16 @@ fn docs(path: &str) -> Vec<Value> {
 /// apiGroups, resources, resourceNames, verbs.
 type Rule = (Vec<String>, Vec<String>, Vec<String>, Vec<String>);
 
+/// A list of strings (absent: empty).
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
 fn rules(doc: &Value) -> Vec<Rule> {
-    let strings = |v: &Value| -> Vec<String> {
-        v.as_array()
-            .into_iter()
-            .flatten()
-            .map(|s| s.as_str().unwrap().to_string())
-            .collect()
-    };
     doc["rules"]
         .as_array()
         .into_iter()
@@ -1005,13 +1007,7 @@ fn strings(v: &Value) -> Vec<String> {
 /// the rules of Roles and ClusterRoles, `Kind namespace/name -> RoleKind/role: SubjectKind namespace/name` for
 /// bindings.
 fn grants(docs: &[Value]) -> BTreeSet<String> {
-    let list = |v: &Value| -> Vec<String> {
-        v.as_array()
-            .into_iter()
-            .flatten()
-            .map(|s| s.as_str().unwrap().to_string())
-            .collect()
-    };
+    let list = strings;
     let mut out = BTreeSet::new();
     for d in docs {
         let kind = d["kind"].as_str().unwrap_or_default();

@@ -2,8 +2,9 @@
 
 use crate::config::{Config, Mode, PssLevel};
 use crate::core::codes::{Denial, Reason, Warning, WarningCode};
+use crate::core::render::{Wiring, app_env};
 use crate::core::status::Status;
-use crate::core::view::PodView;
+use crate::core::view::{EnvEntry, MountEntry, PodView, parse_list, volume_entries};
 use crate::names::*;
 
 /// What the core knows about the Pod's namespace (from the namespace cache, an offline stream, or nothing).
@@ -186,6 +187,16 @@ pub(crate) fn forged_status(namespace: &str, key: &str, doubt: impl std::fmt::Di
     )
 }
 
+/// The first of `claimed` that is not among `present`.
+fn first_missing<'c, 'p>(
+    claimed: impl IntoIterator<Item = &'c String>,
+    present: impl Iterator<Item = &'p str> + Clone,
+) -> Option<&'c String> {
+    claimed
+        .into_iter()
+        .find(|c| !present.clone().any(|p| p == c.as_str()))
+}
+
 /// What of the wiring `status` claims the Pod does not carry, if anything: "already wired" is believed only when
 /// the PDP container, the volumes, and in every wired app container the variables and mounts it names are
 /// there, and it names at least what its mode always gives.
@@ -213,20 +224,16 @@ pub fn missing_wiring(pod: &PodView<'_>, status: &Status, config: &Config) -> Op
     if let Some(sidecar) = status.sidecar.as_deref().filter(|s| !named(s)) {
         return Some(format!("the PDP container {sidecar:?}"));
     }
-    let volumes = crate::core::view::volume_entries(pod.spec.as_ref().and_then(|s| s.volumes))
+    let volumes = volume_entries(pod.spec.as_ref().and_then(|s| s.volumes))
         .ok()
         .flatten()
         .unwrap_or_default();
-    if let Some(v) = status
-        .volumes
-        .iter()
-        .find(|v| !volumes.iter().any(|e| e.name.as_str() == v.as_str()))
-    {
+    if let Some(v) = first_missing(&status.volumes, volumes.iter().map(|e| e.name.as_str())) {
         return Some(format!("volume {v:?}"));
     }
-    let least = crate::core::render::app_env(
+    let least = app_env(
         profile,
-        crate::core::render::Wiring {
+        Wiring {
             mode: status.mode,
             socket: false,
             tls: false,
@@ -248,28 +255,21 @@ pub fn missing_wiring(pod: &PodView<'_>, status: &Status, config: &Config) -> Op
         let Some(c) = pod.containers().iter().find(|c| c.name.as_str() == name) else {
             return Some(format!("app container {name:?}"));
         };
-        let env = crate::core::view::parse_list::<crate::core::view::EnvEntry<'_>>(c.env, "env")
+        let env = parse_list::<EnvEntry<'_>>(c.env, "env")
             .ok()
             .flatten()
             .unwrap_or_default();
-        if let Some(var) = status
-            .env
-            .iter()
-            .find(|v| !env.iter().any(|e| e.name.as_str() == v.as_str()))
-        {
+        if let Some(var) = first_missing(&status.env, env.iter().map(|e| e.name.as_str())) {
             return Some(format!("variable {var} in container {name:?}"));
         }
-        let mounts = crate::core::view::parse_list::<crate::core::view::MountEntry<'_>>(
-            c.volume_mounts,
-            "volumeMounts",
-        )
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-        if let Some(v) = mounted
-            .iter()
-            .find(|v| !mounts.iter().any(|m| m.name.as_str() == v.as_str()))
-        {
+        let mounts = parse_list::<MountEntry<'_>>(c.volume_mounts, "volumeMounts")
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if let Some(v) = first_missing(
+            mounted.iter().copied(),
+            mounts.iter().map(|m| m.name.as_str()),
+        ) {
             return Some(format!("the mount of volume {v:?} in container {name:?}"));
         }
     }
