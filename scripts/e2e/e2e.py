@@ -385,7 +385,7 @@ class Harness:
              "-CAcreateserial", "-out", pki / "apiserver.crt", "-days", "2", "-extfile", pki / "apiserver.ext"])
         run(["openssl", "genrsa", "-out", pki / "sa.key", "2048"])
         run(["openssl", "rsa", "-in", pki / "sa.key", "-pubout", "-out", pki / "sa.pub"])
-        admin_token, webhook_token, nobody_token = (secrets.token_hex(16) for _ in range(3))
+        admin_token, webhook_token, nobody_token, checker_token = (secrets.token_hex(16) for _ in range(4))
         # The webhook authenticates as its ServiceAccount's user name, so manifests/base/rbac.yaml (bound to that
         # ServiceAccount) is what authorizes it: the harness runs it with exactly the permissions it ships with.
         (pki / "tokens.csv").write_text(
@@ -393,7 +393,9 @@ class Harness:
             f'{webhook_token},system:serviceaccount:pdp-system:pdp-injector,pdp-injector-sa,'
             f'"system:serviceaccounts,system:serviceaccounts:pdp-system"\n'
             # A user without any grant: a webhook that cannot read a single namespace (the doubt case).
-            f'{nobody_token},e2e-nobody,e2e-nobody\n')
+            f'{nobody_token},e2e-nobody,e2e-nobody\n'
+            # Whoever runs `pdp-injector check`: bound to manifests/base/rbac-check.yaml by the case that uses it.
+            f'{checker_token},e2e-checker,e2e-checker\n')
         os.chmod(pki / "tokens.csv", 0o600)
 
         etcd_client, etcd_peer = free_port(), free_port()
@@ -440,6 +442,9 @@ class Harness:
             self.kubeconfig_text(api_port, pki / "ca.crt", webhook_token, "pdp-injector"))
         self.nobody_kubeconfig = w / "nobody.kubeconfig"
         self.nobody_kubeconfig.write_text(self.kubeconfig_text(api_port, pki / "ca.crt", nobody_token, "e2e-nobody"))
+        self.checker_kubeconfig = w / "checker.kubeconfig"
+        self.checker_kubeconfig.write_text(
+            self.kubeconfig_text(api_port, pki / "ca.crt", checker_token, "e2e-checker"))
 
         def api_ready():
             return self.kubectl("get", "--raw", "/readyz", check_rc=False, timeout=15).returncode == 0
@@ -1243,6 +1248,28 @@ def _(h):
     f = finding(report, "status_not_carried")
     check("copied" in json.dumps(f) and "is missing" in f["message"], f"finding {f}")
     check(f["severity"] == "error", f"severity {f['severity']}")
+
+
+@case("check-flags-nothing-in-order-with-the-shipped-role-and-no-secret-read")
+def _(h):
+    # check as its shipped role allows (manifests/base/rbac-check.yaml): list and get, no Secret. The serving
+    # certificate is judged at the live endpoint against caBundle; the Secret is said to be unreadable (info).
+    if needs_local(h):
+        return
+    h.kubectl("apply", "-f", str(REPO / "manifests/base/rbac-check.yaml"))
+    for kind in ["clusterrolebinding", "rolebinding"]:
+        args = ["create", kind, "e2e-checker", f"--{'clusterrole' if kind == 'clusterrolebinding' else 'role'}"
+                "=pdp-injector-check", "--user=e2e-checker"] + (["-n", "pdp-system"] if kind == "rolebinding" else [])
+        h.kubectl(*args)
+    out = h.kubectl("auth", "can-i", "get", "secret/pdp-injector-tls", "-n", "pdp-system", "--as=e2e-checker",
+                    check_rc=False)
+    check(out.stdout.strip() == "no", f"the check role may read the TLS Secret: {out.stdout.strip()}")
+    ns = h.namespace("check-role", {NS_LABEL: "enabled", PSS_LABEL: "privileged"})
+    h.must_create(pod("app", ns))
+    rc, report, err = h.check(ns, kubeconfig=h.checker_kubeconfig)
+    check(rc == 0, f"exit {rc} with the shipped role: errors {codes(report) if report else err}")
+    check(finding(report, "serving_secret_unreadable")["severity"] == "info", "Secret finding not info")
+    finding(report, "endpoint_trusted")
 
 
 @case("doubt-on-generic-path-fail-refuses-ignore-admits")
