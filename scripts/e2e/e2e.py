@@ -1314,7 +1314,12 @@ def _(h):
         h.wait_for("the doubt registration to take effect", refused_by_doubt, timeout=60, interval=1)
         out, err, rc = h.create(p)
         check(rc != 0, "a Pod whose namespace the webhook could not read was admitted through a Fail entry on /mutate")
-        check("namespace_unreadable" in err and fail_ns in err, f"refusal does not say why: {one_line(err)}")
+        # An HTTP 503, which the apiserver reports as a failed call (it does not quote the body); the webhook's
+        # log says why.
+        check('failed calling webhook "doubt-fail.e2e.pdp-injector.io"' in err, f"unexpected refusal: {one_line(err)}")
+        said = [line for line in h.log_tail("doubtful-webhook", 200).splitlines()
+                if "namespace_unreadable" in line and fail_ns in line]
+        check(said, f"the webhook's log does not say why: {one_line(h.log_tail('doubtful-webhook', 5))}")
         check(h.get("pod", "app", fail_ns) is None, "the refused Pod was stored")
         q = pod("app", ignore_ns, annotations={INJECT: "daemonset"})
         out, err, rc = h.create(q)
