@@ -995,14 +995,6 @@ fn node_local_flagd_profiles_match_the_flagd_front_and_daemonset() {
     assert_eq!(field.field_path, "status.hostIP");
 }
 
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect()
-}
-
 /// Every grant of every rendered overlay, one line each: `Kind namespace/name: group/resource[name] verb` for
 /// the rules of Roles and ClusterRoles, `Kind namespace/name -> RoleKind/role: SubjectKind namespace/name` for
 /// bindings.

@@ -16,7 +16,7 @@
 //!   PROGRAM. flagd (Go) refuses to bind a socket path that exists and never removes one it did not close, so a
 //!   flagd container killed uncleanly (OOM, SIGKILL) could not restart in its Pod; this runs before every start
 //!   of that container (the helper lives in an emptyDir of the Pod, so it survives the restarts).
-//! - `chown UID:GID DIR`: the init containers of the node-local DaemonSets hand the hostPath directory the
+//! - `chown UID:GID DIR...`: the init containers of the node-local DaemonSets hand the hostPath directory the
 //!   kubelet created (as root, mode 0755) to the PDP's or the front's user, from the project's own image
 //!   (root with CAP_CHOWN only, no shell, no third-party image).
 //!
@@ -42,7 +42,7 @@ const USAGE: &str = "usage:
   pdp-await exec [--unlink-stale PATH]... -- PROGRAM [ARG]...
                                                           remove each PATH that is a socket nobody answers
                                                           on, then run PROGRAM in this process
-  pdp-await chown UID:GID DIR                             give DIR (not what is in it) to UID:GID";
+  pdp-await chown UID:GID DIR...                          give each DIR (not what is in it) to UID:GID";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -91,11 +91,21 @@ fn run(args: &[String]) -> Result<ExitCode, Usage> {
             Ok(report(exec(&program)))
         }
         Some("chown") => match &args[1..] {
-            [owner, dir] => {
+            [owner, dirs @ ..] if !dirs.is_empty() => {
                 let (uid, gid) = owner_ids(owner)?;
-                Ok(report(chown(Path::new(dir), uid, gid)))
+                // Every directory, each said; the first failure is the exit status.
+                let outcomes: Vec<ExitCode> = dirs
+                    .iter()
+                    .map(|d| report(chown(Path::new(d), uid, gid)))
+                    .collect();
+                Ok(outcomes
+                    .into_iter()
+                    .find(|c| *c != ExitCode::SUCCESS)
+                    .unwrap_or(ExitCode::SUCCESS))
             }
-            _ => Err(Usage("chown takes UID:GID and one directory".into())),
+            _ => Err(Usage(
+                "chown takes UID:GID and one or more directories".into(),
+            )),
         },
         Some(other) => Err(Usage(format!("unknown command {other:?}"))),
         None => Err(Usage("no command".into())),
