@@ -282,12 +282,6 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         let namespaces: Arc<dyn NamespaceSource> = match &client {
             Some(client) => {
                 options.fit.native_sidecars = cluster::versions::native_sidecars(client).await;
-                if !options.fit.native_sidecars {
-                    tokio::spawn(cluster::classic_sidecars::keep_stopping(
-                        client.clone(),
-                        counters.clone(),
-                    ));
-                }
                 Arc::new(cluster::ClusterNamespaces::spawn(
                     client.clone(),
                     counters.clone(),

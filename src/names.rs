@@ -44,19 +44,14 @@ pub const INIT_TOOLS: &str = "pdp-injector-tools";
 pub const TOOLS_DIR: &str = "/var/run/pdp-injector/tools";
 /// Where `pdp-await` is in the injector's image.
 pub const TOOLS_BINARY_IN_IMAGE: &str = "/usr/local/bin/pdp-await";
-/// Classic sidecars in a Pod that runs to completion: the Downward API volume holding the annotation
-/// [`ANNOTATION_APPS_DONE`], which the PDP container's liveness probe reads.
-pub const VOLUME_PODINFO: &str = "pdp-injector-podinfo";
-/// Where the PDP container mounts [`VOLUME_PODINFO`].
-pub const PODINFO_DIR: &str = "/var/run/pdp-injector/podinfo";
-/// Annotation the webhook sets on a Pod with a classic sidecar once its app containers have ended: the PDP
-/// container's liveness probe then fails, and the kubelet stops it, so the Pod (and its Job) complete.
-pub const ANNOTATION_APPS_DONE: &str = "pdp-injector.io/apps-done";
-/// Label of the Pods that carry a classic sidecar and run to completion: what the webhook watches to set
-/// [`ANNOTATION_APPS_DONE`] (a label, so that the watch is filtered by the apiserver).
-pub const LABEL_CLASSIC_SIDECAR: &str = "pdp-injector.io/classic-sidecar";
-/// The value of [`LABEL_CLASSIC_SIDECAR`].
-pub const CLASSIC_SIDECAR_RUN_TO_COMPLETION: &str = "run-to-completion";
+/// Classic sidecars in a Pod that runs to completion: the emptyDir the PDP container and the watch container
+/// share (the PDP's process list, the stop file its liveness probe reads).
+pub const VOLUME_STATE: &str = "pdp-injector-state";
+/// Where the PDP container and the watch container mount [`VOLUME_STATE`].
+pub const STATE_DIR: &str = "/var/run/pdp-injector/state";
+/// The watch container of a run-to-completion Pod with a classic sidecar: this prefix and the PDP container's
+/// name. It is last among the containers, so the kubelet starts it after the apps.
+pub const WATCH_PREFIX: &str = "pdp-injector-watch-";
 /// kubectl's annotation naming the container that `kubectl logs` and `exec` pick by default: a classic sidecar
 /// goes first in `containers`, where kubectl would otherwise pick it.
 pub const ANNOTATION_DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";

@@ -87,47 +87,8 @@ fn rbac_is_least_privilege() {
             ),
         ]
     );
-    // Classic sidecars (clusters before 1.29, an optional component): Pods, to list, watch and annotate.
-    let classic = docs("manifests/components/classic-sidecars/rbac.yaml");
-    let role = classic.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
-    assert_eq!(
-        rules(role),
-        vec![(
-            s(&[""]),
-            s(&["pods"]),
-            vec![],
-            s(&["list", "watch", "patch"])
-        )]
-    );
-    // The node-local flagd: read FeatureFlag objects in its own namespace, nothing else, for its own
-    // ServiceAccount, whose token only the flagd Pods mount.
-    let flagd = docs("manifests/components/flagd-node/rbac.yaml");
-    let role = flagd.iter().find(|d| d["kind"] == "Role").unwrap();
-    assert_eq!(role["metadata"]["namespace"], "flagd-node");
-    assert_eq!(
-        rules(role),
-        vec![(
-            s(&["core.openfeature.dev"]),
-            s(&["featureflags"]),
-            vec![],
-            s(&["get", "list", "watch"])
-        )]
-    );
-    let binding = flagd.iter().find(|d| d["kind"] == "RoleBinding").unwrap();
-    assert_eq!(
-        binding["subjects"],
-        json!([{"kind": "ServiceAccount", "name": "flagd-node", "namespace": "flagd-node"}])
-    );
-    assert!(
-        docs("manifests/components/flagd-node/serviceaccount.yaml")
-            .iter()
-            .chain(&docs("manifests/components/flagd-node/front.yaml"))
-            .filter(|d| d["kind"] == "ServiceAccount")
-            .all(|sa| sa["automountServiceAccountToken"] == false)
-    );
-    assert!(!flagd.iter().any(|d| d.to_string().contains("\"*\"")));
     // No wildcard anywhere, and every binding is to the webhook's own ServiceAccount.
-    for doc in base.iter().chain(&selfm).chain(&classic) {
+    for doc in base.iter().chain(&selfm) {
         let text = doc.to_string();
         assert!(!text.contains("\"*\""), "wildcard in {text}");
         if doc["kind"].as_str().unwrap().ends_with("Binding") {
@@ -1098,13 +1059,6 @@ const PINNED_GRANTS: &[&str] = &[
     "Role flagd-node/flagd-node-featureflags: core.openfeature.dev/featureflags list",
     "Role flagd-node/flagd-node-featureflags: core.openfeature.dev/featureflags watch",
     "RoleBinding flagd-node/flagd-node-featureflags -> Role/flagd-node-featureflags: ServiceAccount flagd-node/flagd-node",
-    // KNOWN EXCESS (issue 29, point 1, still open): the classic-sidecar stopper of the 1.20 overlay
-    // (components/classic-sidecars) can change any running Pod with these. To be removed with a stop that needs
-    // no Pod write right; pinned here so that nothing else joins it.
-    "ClusterRole /pdp-injector-classic-sidecars: /pods list",
-    "ClusterRole /pdp-injector-classic-sidecars: /pods patch",
-    "ClusterRole /pdp-injector-classic-sidecars: /pods watch",
-    "ClusterRoleBinding /pdp-injector-classic-sidecars -> ClusterRole/pdp-injector-classic-sidecars: ServiceAccount pdp-system/pdp-injector",
 ];
 
 #[test]

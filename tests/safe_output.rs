@@ -228,9 +228,26 @@ fn check_pair(input: &Value, output: &Value, config: &Config, ctx: &str) -> usiz
         );
     }
 
-    // Nothing else of the Pod changes.
+    // Nothing else of the Pod changes, but for the shared process namespace that the watch container of a
+    // classic sidecar in a run-to-completion Pod needs (and only then).
     for (key, value) in output["spec"].as_object().into_iter().flatten() {
         if ["containers", "initContainers", "volumes"].contains(&key.as_str()) {
+            continue;
+        }
+        if key == "shareProcessNamespace" && input["spec"].get(key).is_none() {
+            let watched = output["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| {
+                    c["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("pdp-injector-watch-"))
+                });
+            assert!(
+                watched && value == true,
+                "{ctx}: shareProcessNamespace {value} without a watch container"
+            );
             continue;
         }
         assert_eq!(
@@ -252,16 +269,8 @@ fn check_pair(input: &Value, output: &Value, config: &Config, ctx: &str) -> usiz
             continue;
         }
         if key == "labels" {
-            // One label may be added: the mark of a run-to-completion Pod with a classic sidecar, which the
-            // webhook watches; every other label is the Pod's own.
-            let mut labels = value.clone();
-            let ours = labels
-                .as_object_mut()
-                .and_then(|l| l.remove("pdp-injector.io/classic-sidecar"));
-            assert!(
-                ours.as_ref().is_none_or(|v| v == "run-to-completion"),
-                "{ctx}: label pdp-injector.io/classic-sidecar written as {ours:?}"
-            );
+            // Every label is the Pod's own: the injector adds none.
+            let labels = value.clone();
             let before = input["metadata"].get("labels");
             if before.is_some() || !labels.as_object().is_some_and(|l| l.is_empty()) {
                 assert_eq!(Some(&labels), before, "{ctx}: metadata.labels changed");

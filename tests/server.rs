@@ -1168,13 +1168,13 @@ async fn classic_sidecars_for_old_apiservers() {
         pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"],
         app
     );
-    // Not a Pod that runs to completion: no liveness probe, no label for the watch.
+    // Not a Pod that runs to completion: no liveness probe, no watch container, no shared process namespace.
     assert!(pdp.get("livenessProbe").is_none());
+    assert!(pod["spec"].get("shareProcessNamespace").is_none());
     assert!(
-        pod["metadata"]
-            .get("labels")
-            .and_then(|l| l.get("pdp-injector.io/classic-sidecar"))
-            .is_none()
+        !pod["spec"]["containers"]
+            .to_string()
+            .contains("pdp-injector-watch-")
     );
     r.shutdown().await.unwrap();
 }

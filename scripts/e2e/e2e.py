@@ -485,9 +485,6 @@ class Harness:
         # The webhook's namespace, ServiceAccount and least-privilege RBAC, from manifests/base.
         for f in ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"]:
             self.kubectl("apply", "-f", str(REPO / "manifests/base" / f))
-        # Before 1.29 the webhook watches run-to-completion Pods with classic sidecars, as overlays/k8s-1.20 allows.
-        if not self.native_sidecars():
-            self.kubectl("apply", "-f", str(REPO / "manifests/components/classic-sidecars/rbac.yaml"))
         self.kubectl("label", "namespace", "pdp-system", f"{NAME_LABEL}=pdp-system", "--overwrite")
 
     def write_config(self):

@@ -430,21 +430,26 @@ def _():
                 "Failed" if conds.get("Failed") == "True" else None)
     t_app = time.monotonic()
     try:
-        # The webhook sees the app end (its watch), annotates the Pod; the kubelet refreshes the Downward API
-        # file and the PDP's liveness probe (every 2 s) fails: a few seconds, bounded generously.
+        # The watch container sees no app process left (every second), writes the stop file, and the PDP's
+        # liveness probe (every 2 s) fails: a few seconds, bounded generously.
         result = wait_for("the Job to finish", job_finished, 60, interval=1)
     except Fail:
         pod = pod_of(ns, "job")
         running = [cs["name"] for cs in pod["status"].get("containerStatuses") or [] if (cs.get("state") or {}).get("running")]
-        done = (pod["metadata"].get("annotations") or {}).get("pdp-injector.io/apps-done")
+        watch = logs(ns, pod["metadata"]["name"], "pdp-injector-watch-cerbos-pdp")
         raise Fail(f"Job not finished 60 s after its app container ended (exit {term.get('exitCode')}); still "
-                   f"running: {running}; annotation pdp-injector.io/apps-done: {done!r} (set by the webhook's "
-                   "watch of Pods labelled pdp-injector.io/classic-sidecar; the PDP's liveness probe reads it)") from None
+                   f"running: {running}; the watch container said: {one_line(watch, 300)!r}") from None
     figure(f"  Job {result} after {time.monotonic() - t:.1f}s, {time.monotonic() - t_app:.1f}s after its app ended")
     pod = pod_of(ns, "job")
-    meta = pod["metadata"]
-    figure(f"  label pdp-injector.io/classic-sidecar={(meta.get('labels') or {}).get('pdp-injector.io/classic-sidecar')}, "
-           f"annotation pdp-injector.io/apps-done={(meta.get('annotations') or {}).get('pdp-injector.io/apps-done')!r}")
+    figure(f"  shareProcessNamespace={pod['spec'].get('shareProcessNamespace')}, containers "
+           f"{[c['name'] for c in pod['spec']['containers']]}")
+    figure(f"  the watch container said: {one_line(logs(ns, pod['metadata']['name'], 'pdp-injector-watch-cerbos-pdp'), 200)}")
+    # The stop took no Pod right: the webhook's account may not patch (nor list) Pods anywhere.
+    for verb in ["patch", "list", "update"]:
+        can = kubectl("auth", "can-i", verb, "pods", "--all-namespaces",
+                      "--as=system:serviceaccount:pdp-system:pdp-injector", check_rc=False).stdout.strip()
+        figure(f"  kubectl auth can-i {verb} pods -A as the webhook: {can}")
+        check(can == "no", f"the webhook's ServiceAccount may {verb} Pods: {can}")
     pdp = next((cs for cs in pod["status"].get("containerStatuses") or [] if cs["name"] == "cerbos-pdp"), {})
     pdp_end = (pdp.get("state") or {}).get("terminated") or {}
     figure(f"  the PDP container: exit {pdp_end.get('exitCode')} ({pdp_end.get('reason')}), phase {pod['status'].get('phase')}")

@@ -15,7 +15,7 @@ use super::workloads::{self, Owners, Workload};
 use crate::cluster::classic_sidecars;
 use crate::config::{Config, Mode, PssLevel};
 use crate::core::NamespaceInfo;
-use crate::names::{ANNOTATION_APPS_DONE, LABEL_NAMESPACE_INJECTION};
+use crate::names::{LABEL_NAMESPACE_INJECTION, WATCH_PREFIX};
 
 /// A read that may have failed (forbidden, unreachable): `Err` says why, and the report says what it could
 /// not check instead of guessing.
@@ -173,6 +173,9 @@ fn is_done(pod: &Pod) -> bool {
 /// How long after its app containers ended a classic sidecar may still run before `check` says so: the webhook
 /// marks the Pod within seconds, and the kubelet's liveness probe follows every 2 s.
 const CLASSIC_STOP_GRACE: i64 = 60;
+/// The same under `restartPolicy: OnFailure`, where the watch container waits 330 s (longer than the kubelet's
+/// restart back-off) before it stops the PDP.
+const CLASSIC_STOP_GRACE_ON_FAILURE: i64 = 400;
 
 /// True when every container of the Pod that has ended did so before `at` (Unix seconds), and one has.
 fn ended_before(pod: &Pod, at: i64) -> bool {
@@ -801,7 +804,14 @@ fn pods_section(
         }
         compared += 1;
         if let Some(apps) = classic_sidecars::apps_done(pod)
-            && ended_before(pod, view.now - CLASSIC_STOP_GRACE)
+            && ended_before(
+                pod,
+                view.now
+                    - match pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) {
+                        Some("OnFailure") => CLASSIC_STOP_GRACE_ON_FAILURE,
+                        _ => CLASSIC_STOP_GRACE,
+                    },
+            )
         {
             unstopped.push((pod_name(pod), apps));
         }
@@ -854,17 +864,18 @@ fn pods_section(
             "classic_sidecar_not_stopped",
             "classic sidecars",
             format!(
-                "{} whose app containers ended over {CLASSIC_STOP_GRACE} s ago still {} a running PDP sidecar, \
-                 so the Pod (and its Job) cannot complete ({first}: {apps}); the webhook sets \
-                 {ANNOTATION_APPS_DONE} on such Pods to stop it",
+                "{} whose app containers ended over {CLASSIC_STOP_GRACE} s ago ({CLASSIC_STOP_GRACE_ON_FAILURE} s under \
+                 OnFailure) still {} a running PDP sidecar, \
+                 so the Pod (and its Job) cannot complete ({first}: {apps}); the Pod's watch container \
+                 ({WATCH_PREFIX}<PDP container>) stops it once no app process is left",
                 plural(unstopped.len(), "Pod"),
                 if unstopped.len() == 1 { "has" } else { "have" },
             ),
         )
         .fix(
-            "give the webhook components/classic-sidecars (pods: list, watch, patch; overlays/k8s-1.20 has it) and \
-             look for \"watch of Pods with classic sidecars failed\" in its log; once it marks the Pods, their \
-             PDP stops within seconds",
+            "read the log of the Pod's watch container (kubectl logs POD -c pdp-injector-watch-cerbos-pdp): a \
+             process left in the Pod's shared process namespace (another sidecar) keeps the PDP running; under \
+             OnFailure the stop comes 330 s after the apps ended",
         );
         f.pods = unstopped.into_iter().map(|(name, _)| name).collect();
         section.push(f);
@@ -1776,14 +1787,10 @@ mod tests {
             p
         };
         let inject = json!({"pdp-injector.io/inject": "sidecar"});
-        let mut marked = inject.clone();
-        marked[ANNOTATION_APPS_DONE] = json!("app: exit 0");
         v.pods.as_mut().unwrap().extend([
             job_pod("stuck", 300, inject.clone()),
-            // Ended a moment ago: the webhook has not had its few seconds yet.
+            // Ended a moment ago: the watch container has not had its few seconds yet.
             job_pod("just-ended", 5, inject.clone()),
-            // Marked: its PDP is being stopped.
-            job_pod("marked", 300, marked),
         ]);
         let r = analyse(&v);
         let f = find(&r, "classic_sidecar_not_stopped");
@@ -1794,7 +1801,7 @@ mod tests {
             f.fix
                 .as_deref()
                 .unwrap()
-                .contains("components/classic-sidecars")
+                .contains("pdp-injector-watch-cerbos-pdp")
         );
     }
 

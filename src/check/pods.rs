@@ -11,7 +11,9 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::core::{self, NamespaceInfo, Outcome, Reason, Status};
-use crate::names::{ANNOTATION_MIRROR, ANNOTATION_STATUS, INIT_TOOLS, VOLUME_TOOLS};
+use crate::names::{
+    ANNOTATION_MIRROR, ANNOTATION_STATUS, INIT_TOOLS, VOLUME_STATE, VOLUME_TOOLS, WATCH_PREFIX,
+};
 
 /// How a Pod's wiring differs from what the webhook would give it now. The codes are stable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -124,11 +126,18 @@ pub fn unwire(pod: &Pod, status: &Status) -> Pod {
         }
     }
     let ours = |name: &str| status.volumes.iter().any(|v| v == name);
-    // A classic sidecar's helper comes with its volume.
+    // A classic sidecar's helper comes with its volume, and its watch container with the state volume.
     if ours(VOLUME_TOOLS)
         && let Some(inits) = spec.init_containers.as_mut()
     {
         inits.retain(|c| c.name != INIT_TOOLS);
+    }
+    if ours(VOLUME_STATE) {
+        spec.containers
+            .retain(|c| !c.name.starts_with(WATCH_PREFIX));
+        if spec.share_process_namespace == Some(true) {
+            spec.share_process_namespace = None;
+        }
     }
     if let Some(volumes) = spec.volumes.as_mut() {
         volumes.retain(|v| !ours(&v.name));

@@ -1,34 +1,19 @@
-//! Ends the classic sidecars of Pods that run to completion, on clusters without native sidecars (< 1.29).
-//!
-//! A classic sidecar is an ordinary container: it does not end when the app containers do, so a Job's Pod would
-//! never complete. The webhook labels such Pods ([`LABEL_CLASSIC_SIDECAR`]) and watches them here; once every app
-//! container has ended for good, it sets the annotation [`ANNOTATION_APPS_DONE`]. The PDP container reads that
-//! annotation through a Downward API file in its liveness probe (`pdp-await apps-done`), which then fails: the
-//! kubelet stops the PDP and, under `restartPolicy: Never` or `OnFailure`, leaves it stopped. No app change, no
-//! shared process namespace, and no API access from the Pod itself.
+//! When a classic sidecar (clusters without native sidecars, < 1.29) of a Pod that runs to completion should
+//! have stopped: what `check` judges from a Pod's container statuses. The stop itself needs no API access: the
+//! Pod's watch container (last, started after the apps, [`WATCH_PREFIX`]) sees in the Pod's shared process
+//! namespace that no app process is left and writes the file the PDP's liveness probe reads (`pdp-await
+//! watch`, `apps-done`); the kubelet then stops the PDP and, under `Never`/`OnFailure`, leaves it stopped.
 
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use tracing::{info, warn};
 
-use super::ClusterCounters;
 use crate::core::Status;
-use crate::names::{
-    ANNOTATION_APPS_DONE, ANNOTATION_STATUS, CLASSIC_SIDECAR_RUN_TO_COMPLETION,
-    LABEL_CLASSIC_SIDECAR,
-};
+use crate::names::{ANNOTATION_STATUS, WATCH_PREFIX};
 
 /// Why the Pod's classic sidecars should stop now (`app: exit 0, report: exit 0`), or `None` while an app
-/// container may still run (or be restarted), or when the annotation is already there.
+/// container may still run (or be restarted).
 pub fn apps_done(pod: &Pod) -> Option<String> {
     let meta = &pod.metadata;
     let annotations = meta.annotations.as_ref()?;
-    if annotations.contains_key(ANNOTATION_APPS_DONE) {
-        return None;
-    }
     // Every sidecar this webhook added: the status annotation, and one per further profile (`status-<profile>`).
     let sidecars: Vec<String> = annotations
         .iter()
@@ -55,7 +40,7 @@ pub fn apps_done(pod: &Pod) -> Option<String> {
     for app in spec
         .containers
         .iter()
-        .filter(|c| !sidecars.contains(&c.name))
+        .filter(|c| !sidecars.contains(&c.name) && !c.name.starts_with(WATCH_PREFIX))
     {
         let terminated = statuses
             .iter()
@@ -68,48 +53,6 @@ pub fn apps_done(pod: &Pod) -> Option<String> {
         ended.push(format!("{}: exit {}", app.name, terminated.exit_code));
     }
     (!ended.is_empty()).then(|| ended.join(", "))
-}
-
-/// Watches the labelled Pods of every namespace and marks those whose app containers have ended. Runs until the
-/// process ends; watch errors (a missing RBAC grant among them) are logged, counted and retried with backoff.
-pub async fn keep_stopping(client: kube::Client, counters: ClusterCounters) {
-    let pods: Api<Pod> = Api::all(client.clone());
-    let selector = format!("{LABEL_CLASSIC_SIDECAR}={CLASSIC_SIDECAR_RUN_TO_COMPLETION}");
-    info!(selector = %selector, "watching Pods with classic sidecars that run to completion");
-    let stream = watcher::watcher(pods, watcher::Config::default().labels(&selector))
-        .default_backoff()
-        .applied_objects();
-    let mut stream = std::pin::pin!(stream);
-    while let Some(event) = stream.next().await {
-        let pod = match event {
-            Ok(pod) => pod,
-            Err(e) => {
-                counters.pod_watch_error();
-                warn!(error = %e, "watch of Pods with classic sidecars failed (the webhook needs list, watch \
-                      and patch on pods: components/classic-sidecars); retrying with backoff");
-                continue;
-            }
-        };
-        let Some(why) = apps_done(&pod) else { continue };
-        let (Some(namespace), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) else {
-            continue;
-        };
-        let patch = serde_json::json!({"metadata": {"annotations": {ANNOTATION_APPS_DONE: why}}});
-        let result = Api::<Pod>::namespaced(client.clone(), namespace)
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await;
-        counters.classic_sidecar_stop(result.is_ok());
-        match result {
-            Ok(_) => info!(pod = %format!("{namespace}/{name}"), apps = %why,
-                           "app containers ended: the classic sidecar stops"),
-            // A Pod deleted meanwhile has nothing left to stop.
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => warn!(pod = %format!("{namespace}/{name}"), error = %e,
-                            "cannot mark the Pod's app containers as ended; its classic sidecar keeps running \
-                             until the next change of the Pod"),
-        }
-    }
-    warn!("watch of Pods with classic sidecars ended");
 }
 
 #[cfg(test)]
@@ -166,10 +109,6 @@ mod tests {
         assert_eq!(apps_done(&pod("OnFailure", failed, json!({}))), None);
         // Not a run-to-completion Pod, already marked, or no status yet: nothing to do.
         assert_eq!(apps_done(&pod("Always", all.clone(), json!({}))), None);
-        assert_eq!(
-            apps_done(&pod("Never", all, json!({ANNOTATION_APPS_DONE: "x"}))),
-            None
-        );
         assert_eq!(apps_done(&pod("Never", json!([]), json!({}))), None);
     }
 

@@ -26,7 +26,6 @@ pub struct ClusterCounters {
     cert_reconciles: Family<ResultLabel, Counter>,
     namespace_fetches: Family<ResultLabel, Counter>,
     watch_errors: Family<[(&'static str, &'static str); 1], Counter>,
-    classic_sidecar_stops: Family<ResultLabel, Counter>,
 }
 
 impl ClusterCounters {
@@ -49,18 +48,6 @@ impl ClusterCounters {
             .inc();
     }
 
-    /// The watch of Pods with classic sidecars failed (it retries with backoff).
-    pub fn pod_watch_error(&self) {
-        self.watch_errors
-            .get_or_create(&[("resource", "pods")])
-            .inc();
-    }
-
-    /// A Pod's app containers were marked as ended, so that its classic sidecar stops (or the patch failed).
-    pub fn classic_sidecar_stop(&self, ok: bool) {
-        self.classic_sidecar_stops.get_or_create(&result(ok)).inc();
-    }
-
     /// A namespace was fetched from the apiserver because the cache could not answer.
     pub fn namespace_fetch(&self, ok: bool) {
         self.namespace_fetches.get_or_create(&result(ok)).inc();
@@ -72,9 +59,8 @@ impl ClusterCounters {
         for ok in [true, false] {
             drop(self.cert_reconciles.get_or_create(&result(ok)));
             drop(self.namespace_fetches.get_or_create(&result(ok)));
-            drop(self.classic_sidecar_stops.get_or_create(&result(ok)));
         }
-        for resource in ["namespaces", "secrets", "pods"] {
+        for resource in ["namespaces", "secrets"] {
             drop(self.watch_errors.get_or_create(&[("resource", resource)]));
         }
         registry.register(
@@ -86,12 +72,6 @@ impl ClusterCounters {
             "pdp_injector_namespace_fetches",
             "Namespaces read from the apiserver because the cache could not answer, by result",
             self.namespace_fetches.clone(),
-        );
-        registry.register(
-            "pdp_injector_classic_sidecar_stops",
-            "Pods with a classic sidecar (Kubernetes < 1.29) whose app containers ended and were marked so that \
-             the sidecar stops, by result",
-            self.classic_sidecar_stops.clone(),
         );
         registry.register(
             "pdp_injector_watch_errors",

@@ -61,6 +61,9 @@ pub enum Reason {
     /// In a namespace that requires injection, the Pod has a container named like the PDP container of a
     /// profile it gets.
     PdpContainerNamed,
+    /// A run-to-completion Pod that gets a classic sidecar (Kubernetes < 1.29) sets `shareProcessNamespace:
+    /// false`, which the container that stops the sidecar after the apps needs.
+    ProcessNamespaceOff,
 }
 
 impl Reason {
@@ -89,6 +92,7 @@ impl Reason {
             Reason::RequiredOptOut => "required_opt_out",
             Reason::ForgedStatus => "forged_status",
             Reason::PdpContainerNamed => "pdp_container_named",
+            Reason::ProcessNamespaceOff => "process_namespace_off",
             Reason::NoCentralAddress => "no_central_address",
         }
     }
@@ -118,12 +122,13 @@ impl Reason {
             | Reason::NoCentralAddress
             | Reason::RequiredOptOut
             | Reason::ForgedStatus
-            | Reason::PdpContainerNamed => "deny",
+            | Reason::PdpContainerNamed
+            | Reason::ProcessNamespaceOff => "deny",
         }
     }
 
     /// Every reason, for documentation and for metrics that must show zeros.
-    pub const ALL: [Reason; 23] = [
+    pub const ALL: [Reason; 24] = [
         Reason::InjectedSidecar,
         Reason::InjectedDaemonset,
         Reason::InjectedCentral,
@@ -147,6 +152,7 @@ impl Reason {
         Reason::RequiredOptOut,
         Reason::ForgedStatus,
         Reason::PdpContainerNamed,
+        Reason::ProcessNamespaceOff,
     ];
 }
 

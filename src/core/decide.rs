@@ -539,7 +539,10 @@ fn select_containers(pod: &PodView<'_>, config: &Config) -> Result<Vec<String>, 
         .containers()
         .iter()
         .map(|c| c.name.as_str())
-        .filter(|n| !config.profiles.values().any(|p| p.container_name == *n))
+        .filter(|n| {
+            !config.profiles.values().any(|p| p.container_name == *n)
+                && !n.starts_with(WATCH_PREFIX)
+        })
         .collect();
     let Some(raw) = pod.annotation(ANNOTATION_CONTAINERS) else {
         return Ok(names.into_iter().map(String::from).collect());

@@ -188,6 +188,9 @@ fn sections(pod: &PodView<'_>) -> Value {
         if let Some(h) = spec.host_network {
             m.insert("hostNetwork".into(), Value::Bool(h));
         }
+        if let Some(s) = spec.share_process_namespace {
+            m.insert("shareProcessNamespace".into(), Value::Bool(s));
+        }
         if let Some(r) = &spec.restart_policy {
             m.insert(
                 "restartPolicy".into(),

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 
 use json_patch::Patch;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, DownwardAPIVolumeFile, DownwardAPIVolumeSource, EmptyDirVolumeSource,
-    EnvVar, EnvVarSource, ExecAction, HTTPGetAction, HostPathVolumeSource, KeyToPath, Lifecycle,
-    LifecycleHandler, ObjectFieldSelector, Probe, SecretVolumeSource, Volume, VolumeMount,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction,
+    HTTPGetAction, HostPathVolumeSource, KeyToPath, Lifecycle, LifecycleHandler,
+    ObjectFieldSelector, Probe, SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -329,34 +329,46 @@ pub fn sidecar_container(profile: &Profile) -> Container {
 struct Classic {
     /// The init container that copies `pdp-await`.
     init: Container,
-    /// The emptyDir, and in a Pod that runs to completion the Downward API volume of the apps-done annotation.
+    /// The emptyDir of the helper, and in a Pod that runs to completion the shared state emptyDir.
     volumes: Vec<Volume>,
+    /// In a Pod that runs to completion: the watch container, last among the containers.
+    watch: Option<Container>,
 }
 
 /// Turns the PDP container into the classic form: first among the containers (the caller puts it there), with
 /// a `postStart` hook that returns only once its health check answers (the kubelet starts the next container
-/// only after that hook), and in a Pod that runs to completion a liveness probe that fails once the webhook has
-/// marked the app containers as ended (the kubelet then stops it and, under `Never`/`OnFailure`, leaves it
-/// stopped: Cerbos exits 0 on SIGTERM, so the Pod succeeds).
+/// only after that hook), and in a Pod that runs to completion a liveness probe that fails once the watch
+/// container (last, so started after the apps) has seen no app process left in the Pod's shared process
+/// namespace: the kubelet then stops the PDP and, under `Never`/`OnFailure`, leaves it stopped (Cerbos exits 0
+/// on SIGTERM, so the Pod succeeds). Nothing here needs an API call or a Pod write right.
 fn classic_sidecar(
     container: &mut Container,
     profile: &Profile,
     config: &Config,
     run_to_completion: bool,
+    on_failure: bool,
 ) -> Classic {
     let tool = format!("{TOOLS_DIR}/pdp-await");
     let health = format!("127.0.0.1:{}{}", profile.health.port, profile.health.path);
     container.lifecycle = Some(Lifecycle {
         post_start: Some(LifecycleHandler {
             exec: Some(ExecAction {
-                command: Some(vec![
-                    tool.clone(),
-                    "wait".into(),
-                    "--http".into(),
-                    health,
-                    // As long as the native form's startupProbe allows (120 x 1 s).
-                    "--timeout=120s".into(),
-                ]),
+                command: Some(
+                    vec![
+                        tool.clone(),
+                        "wait".into(),
+                        "--http".into(),
+                        health,
+                        // As long as the native form's startupProbe allows (120 x 1 s).
+                        "--timeout=120s".into(),
+                    ]
+                    .into_iter()
+                    .chain(
+                        run_to_completion
+                            .then(|| format!("--record={STATE_DIR}/{}.pids", container.name)),
+                    )
+                    .collect(),
+                ),
             }),
             ..Default::default()
         }),
@@ -377,40 +389,52 @@ fn classic_sidecar(
         }),
         ..Default::default()
     }];
+    let mut watch = None;
     if run_to_completion {
-        mounts.push(VolumeMount {
-            name: VOLUME_PODINFO.into(),
-            mount_path: PODINFO_DIR.into(),
-            read_only: Some(true),
+        let state_mount = VolumeMount {
+            name: VOLUME_STATE.into(),
+            mount_path: STATE_DIR.into(),
             ..Default::default()
-        });
+        };
+        mounts.push(state_mount.clone());
         volumes.push(Volume {
-            name: VOLUME_PODINFO.into(),
-            downward_api: Some(DownwardAPIVolumeSource {
-                default_mode: Some(0o644),
-                items: Some(vec![DownwardAPIVolumeFile {
-                    path: "apps-done".into(),
-                    field_ref: Some(ObjectFieldSelector {
-                        api_version: Some("v1".into()),
-                        field_path: format!("metadata.annotations['{ANNOTATION_APPS_DONE}']"),
-                    }),
-                    ..Default::default()
-                }]),
+            name: VOLUME_STATE.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: None,
+                size_limit: Some(Quantity("1Mi".into())),
             }),
             ..Default::default()
         });
+        let stop = format!("{STATE_DIR}/stop-{}", container.name);
         container.liveness_probe = Some(Probe {
             exec: Some(ExecAction {
-                command: Some(vec![
-                    tool,
-                    "apps-done".into(),
-                    format!("{PODINFO_DIR}/apps-done"),
-                ]),
+                command: Some(vec![tool, "apps-done".into(), stop.clone()]),
             }),
             period_seconds: Some(2),
             failure_threshold: Some(1),
             success_threshold: Some(1),
             timeout_seconds: Some(1),
+            ..Default::default()
+        });
+        // Under OnFailure a failed app is restarted after a back-off of at most 5 minutes: only a longer
+        // absence of every app process means the apps have ended for good.
+        let grace = if on_failure { "330s" } else { "0s" };
+        watch = Some(Container {
+            name: format!("{WATCH_PREFIX}{}", container.name),
+            image: Some(config.tools_image.clone()),
+            image_pull_policy: Some("IfNotPresent".into()),
+            command: Some(vec![
+                TOOLS_BINARY_IN_IMAGE.into(),
+                "watch".into(),
+                format!("--state={STATE_DIR}"),
+                format!("--stop={stop}"),
+                format!("--grace={grace}"),
+            ]),
+            resources: Some(helper_resources()),
+            security_context: Some(restricted_security_context(Some(65532))),
+            volume_mounts: Some(vec![state_mount]),
+            termination_message_path: Some("/dev/termination-log".into()),
+            termination_message_policy: Some("FallbackToLogsOnError".into()),
             ..Default::default()
         });
     }
@@ -423,17 +447,7 @@ fn classic_sidecar(
             "install".into(),
             TOOLS_DIR.into(),
         ]),
-        resources: Some(k8s_openapi::api::core::v1::ResourceRequirements {
-            requests: Some(BTreeMap::from([
-                ("cpu".to_string(), Quantity("10m".into())),
-                ("memory".to_string(), Quantity("16Mi".into())),
-            ])),
-            limits: Some(BTreeMap::from([(
-                "memory".to_string(),
-                Quantity("32Mi".into()),
-            )])),
-            ..Default::default()
-        }),
+        resources: Some(helper_resources()),
         security_context: Some(restricted_security_context(Some(65532))),
         volume_mounts: Some(vec![VolumeMount {
             name: VOLUME_TOOLS.into(),
@@ -444,7 +458,26 @@ fn classic_sidecar(
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Default::default()
     };
-    Classic { init, volumes }
+    Classic {
+        init,
+        volumes,
+        watch,
+    }
+}
+
+/// What the helper containers (the init container that copies `pdp-await`, the watch container) ask for.
+fn helper_resources() -> k8s_openapi::api::core::v1::ResourceRequirements {
+    k8s_openapi::api::core::v1::ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_string(), Quantity("10m".into())),
+            ("memory".to_string(), Quantity("16Mi".into())),
+        ])),
+        limits: Some(BTreeMap::from([(
+            "memory".to_string(),
+            Quantity("32Mi".into()),
+        )])),
+        ..Default::default()
+    }
 }
 
 fn collision(message: String) -> Denial {
@@ -679,12 +712,17 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
         spec.restart_policy.as_ref().map(|p| p.as_str()),
         Some("Never" | "OnFailure")
     );
+    let on_failure = spec.restart_policy.as_ref().map(|p| p.as_str()) == Some("OnFailure");
     let mut pdp_container =
         (plan.mode == Mode::Sidecar && previous.is_none()).then(|| sidecar_container(profile));
     let classic = match &mut pdp_container {
-        Some(c) if !profile.sidecar.native => {
-            Some(classic_sidecar(c, profile, config, run_to_completion))
-        }
+        Some(c) if !profile.sidecar.native => Some(classic_sidecar(
+            c,
+            profile,
+            config,
+            run_to_completion,
+            on_failure,
+        )),
         _ => None,
     };
     let classic_added = classic.is_some();
@@ -820,6 +858,7 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
 
     let mut init_ops = PatchBuilder::default();
     let mut sidecar = None;
+    let mut share_processes = false;
     if let Some(container) = pdp_container {
         sidecar = Some(container.name.clone());
         if profile.sidecar.native {
@@ -836,13 +875,37 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
             // First among the containers: the kubelet starts them in order, each only once the previous one's
             // postStart hook has returned. After the app containers' patches, whose indices are the Pod's own.
             let list = pointer(["spec", "containers"]);
-            match spec.containers.as_ref().map(Vec::len) {
+            let n = spec.containers.as_ref().map(Vec::len);
+            match n {
                 Some(n) if n > 0 => containers_ops.insert(&list, 0, &container),
-                n => containers_ops.extend(list, n, &[container]),
+                n => containers_ops.extend(list.clone(), n, &[container]),
             }
-            if let Some(c) = classic.filter(|_| add_tools_init) {
-                let n = spec.init_containers.as_ref().map(Vec::len);
-                init_ops.extend(pointer(["spec", "initContainers"]), n, &[c.init]);
+            if let Some(c) = classic {
+                if let Some(watch) = c.watch {
+                    // Last among the containers: the kubelet starts it after every app container.
+                    containers_ops.insert(&list, n.unwrap_or(0) + 1, &watch);
+                    match spec.share_process_namespace {
+                        Some(true) => {}
+                        None => share_processes = true,
+                        Some(false) => {
+                            return Err(Denial {
+                                reason: Reason::ProcessNamespaceOff,
+                                message: format!(
+                                    "the Pod sets shareProcessNamespace: false, but the classic sidecar {:?} of a \
+                                     Pod that runs to completion (restartPolicy Never or OnFailure) is stopped by \
+                                     a container that watches the app's processes in the Pod's shared process \
+                                     namespace: remove the field (on Kubernetes 1.29+ the native sidecar needs none \
+                                     of this)",
+                                    profile.container_name
+                                ),
+                            });
+                        }
+                    }
+                }
+                if add_tools_init {
+                    let n = spec.init_containers.as_ref().map(Vec::len);
+                    init_ops.extend(pointer(["spec", "initContainers"]), n, &[c.init]);
+                }
             }
         }
     }
@@ -916,23 +979,8 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
             }
         }
     }
-    // The webhook watches the Pods with this label, to stop their classic sidecar once the apps have ended.
-    if classic_added
-        && run_to_completion
-        && pod.label(LABEL_CLASSIC_SIDECAR) != Some(CLASSIC_SIDECAR_RUN_TO_COMPLETION)
-    {
-        let labels = pod.metadata.as_ref().and_then(|m| m.labels.as_ref());
-        match labels {
-            // The status annotation above created `metadata` if the Pod had none.
-            None => patch.add(
-                pointer(["metadata", "labels"]),
-                &BTreeMap::from([(LABEL_CLASSIC_SIDECAR, CLASSIC_SIDECAR_RUN_TO_COMPLETION)]),
-            ),
-            Some(_) => patch.add(
-                pointer(["metadata", "labels", LABEL_CLASSIC_SIDECAR]),
-                &CLASSIC_SIDECAR_RUN_TO_COMPLETION,
-            ),
-        }
+    if share_processes {
+        patch.add(pointer(["spec", "shareProcessNamespace"]), &true);
     }
     patch.append(init_ops);
     patch.append(containers_ops);
@@ -1079,10 +1127,27 @@ mod tests {
                      "containers": [{"name": "app", "image": "a"}, {"name": "worker", "image": "w"}]}});
         let out = classic(pod).unwrap();
         let spec = &out["spec"];
-        // Both PDPs ahead of the apps (each profile puts its own first), one helper after the Pod's init.
+        // Both PDPs ahead of the apps (each profile puts its own first), one helper after the Pod's init, and
+        // each PDP's watch container after the apps (the kubelet starts it last).
         assert_eq!(
             names(&spec["containers"]),
-            ["flagd", "cerbos-pdp", "app", "worker"]
+            [
+                "flagd",
+                "cerbos-pdp",
+                "app",
+                "worker",
+                "pdp-injector-watch-cerbos-pdp",
+                "pdp-injector-watch-flagd"
+            ]
+        );
+        assert_eq!(spec["shareProcessNamespace"], true);
+        let watch = &spec["containers"][4];
+        assert_eq!(watch["command"][1], "watch");
+        // OnFailure: longer than the kubelet's restart back-off.
+        assert_eq!(watch["command"][4], "--grace=330s");
+        assert_eq!(
+            watch["command"][3],
+            format!("--stop={STATE_DIR}/stop-cerbos-pdp")
         );
         assert_eq!(names(&spec["initContainers"]), ["migrate", INIT_TOOLS]);
         let volumes = names(&spec["volumes"]);
@@ -1092,14 +1157,20 @@ mod tests {
             "{volumes:?}"
         );
         for pdp in &spec["containers"].as_array().unwrap()[..2] {
-            assert_eq!(pdp["lifecycle"]["postStart"]["exec"]["command"][1], "wait");
-            assert_eq!(pdp["livenessProbe"]["exec"]["command"][1], "apps-done");
+            let name = pdp["name"].as_str().unwrap();
+            let hook = pdp["lifecycle"]["postStart"]["exec"]["command"].to_string();
+            assert!(
+                hook.contains("\"wait\"")
+                    && hook.contains(&format!("--record={STATE_DIR}/{name}.pids")),
+                "{hook}"
+            );
+            assert_eq!(
+                pdp["livenessProbe"]["exec"]["command"][2],
+                format!("{STATE_DIR}/stop-{name}")
+            );
         }
-        assert_eq!(
-            out["metadata"]["labels"][LABEL_CLASSIC_SIDECAR],
-            CLASSIC_SIDECAR_RUN_TO_COMPLETION
-        );
-        assert_eq!(out["metadata"]["labels"]["app"], "a");
+        // No label, no annotation for a watch by the webhook: it needs no Pod right.
+        assert_eq!(out["metadata"]["labels"], serde_json::json!({"app": "a"}));
         assert_eq!(
             out["metadata"]["annotations"][ANNOTATION_DEFAULT_CONTAINER],
             "app"
@@ -1113,6 +1184,36 @@ mod tests {
         assert!(spec["containers"][3]["env"].to_string().contains("FLAGD_"));
         // Injecting the result again changes nothing (a reinvocation).
         assert_eq!(classic(out.clone()).map_err(|d| d.message), Ok(out));
+    }
+
+    #[test]
+    fn a_pod_that_turns_off_the_shared_process_namespace_is_refused() {
+        let pod = serde_json::json!({
+            "metadata": {"name": "p", "namespace": "shop", "annotations": {"pdp-injector.io/inject": "sidecar"}},
+            "spec": {"restartPolicy": "Never", "shareProcessNamespace": false,
+                     "containers": [{"name": "app", "image": "a"}]}});
+        let denial = classic(pod.clone()).unwrap_err();
+        assert_eq!(denial.reason, Reason::ProcessNamespaceOff);
+        assert!(
+            denial.message.contains("shareProcessNamespace: false"),
+            "{}",
+            denial.message
+        );
+        // Set to true by the Pod: kept, and not written again.
+        let mut on = pod.clone();
+        on["spec"]["shareProcessNamespace"] = true.into();
+        let out = classic(on).unwrap();
+        assert_eq!(out["spec"]["shareProcessNamespace"], true);
+        // A Pod that keeps running has no watch container and shares nothing.
+        let mut always = pod;
+        always["spec"]["restartPolicy"] = "Always".into();
+        always["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("shareProcessNamespace");
+        let out = classic(always).unwrap();
+        assert!(out["spec"].get("shareProcessNamespace").is_none());
+        assert_eq!(names(&out["spec"]["containers"]), ["cerbos-pdp", "app"]);
     }
 
     #[test]

@@ -161,6 +161,9 @@ pub struct SpecView<'a> {
     /// stopped when the app containers end.
     #[serde(borrow, default)]
     pub restart_policy: Option<Str<'a>>,
+    /// `shareProcessNamespace`: the watch container of a classic sidecar in such a Pod needs it.
+    #[serde(default)]
+    pub share_process_namespace: Option<bool>,
 }
 
 /// What the core reads of a container.

@@ -7,10 +7,13 @@
 //!   order and does not start the next one until the previous one's `postStart` hook has returned; the PDP is
 //!   first in the list, so the app starts only once the PDP answers its health check (Istio's
 //!   `holdApplicationUntilProxyStarts` works the same way).
-//! - `apps-done FILE`: the PDP container's liveness probe in a Pod that runs to completion (a Job's). FILE is a
-//!   Downward API file of the annotation `pdp-injector.io/apps-done`, which the webhook sets once the Pod's app
-//!   containers have ended; the probe then fails, the kubelet stops the PDP (SIGTERM: it exits 0) and does not
-//!   restart it (`restartPolicy: Never`/`OnFailure`), so the Pod, and its Job, complete.
+//! - `apps-done FILE`: the PDP container's liveness probe in a Pod that runs to completion (a Job's). FILE is the
+//!   stop file in the Pod's shared emptyDir that `watch` writes once the Pod's app containers have ended; the
+//!   probe then fails, the kubelet stops the PDP (SIGTERM: it exits 0) and does not restart it
+//!   (`restartPolicy: Never`/`OnFailure`), so the Pod, and its Job, complete.
+//! - `watch --state DIR --stop FILE [--grace D]`: the last container of such a Pod (started after the apps), in
+//!   its shared process namespace: writes FILE once no app process has been left for D. `wait --record FILE`
+//!   gives it the PDP's processes, which are not apps.
 //! - `exec --unlink-stale PATH... -- PROGRAM ARGS...`: the command of the node-local flagd
 //!   (manifests/components/flagd-node): removes each PATH that is a socket nobody answers on, then becomes
 //!   PROGRAM. flagd (Go) refuses to bind a socket path that exists and never removes one it did not close, so a
@@ -35,8 +38,12 @@ mod duration;
 
 const USAGE: &str = "usage:
   pdp-await install DIR                                   copy this binary to DIR/pdp-await
-  pdp-await wait --http HOST:PORT/PATH [--timeout 120s] [--interval 100ms]
+  pdp-await wait --http HOST:PORT/PATH [--timeout 120s] [--interval 100ms] [--record FILE]
                                                           exit 0 once GET answers 2xx/3xx; 1 at the timeout
+                                                          (FILE: this container's processes, for watch)
+  pdp-await watch --state DIR --stop FILE [--grace 0s] [--interval 1s]
+                                                          write FILE once no app process of the Pod has
+                                                          been left for the grace
   pdp-await apps-done FILE                                exit 1 when FILE is not empty (the app containers
                                                           of a run-to-completion Pod have ended)
   pdp-await exec [--unlink-stale PATH]... -- PROGRAM [ARG]...
@@ -67,7 +74,19 @@ fn run(args: &[String]) -> Result<ExitCode, Usage> {
         },
         Some("wait") => {
             let options = WaitOptions::parse(&args[1..])?;
-            Ok(report(wait(&options)))
+            let waited = wait(&options);
+            // The PDP's own processes, for the watch container of a run-to-completion Pod (never fatal).
+            if waited.is_ok()
+                && let Some(file) = &options.record
+                && let Err(e) = record_own(Path::new("/proc"), file)
+            {
+                eprintln!("pdp-await: {e}");
+            }
+            Ok(report(waited))
+        }
+        Some("watch") => {
+            let options = WatchOptions::parse(&args[1..])?;
+            Ok(report(watch(Path::new("/proc"), &options)))
         }
         Some("apps-done") => match &args[1..] {
             [file] => Ok(match apps_done(Path::new(file)) {
@@ -235,6 +254,8 @@ struct WaitOptions {
     path: String,
     timeout: Duration,
     interval: Duration,
+    /// Where to write the PIDs of this container's processes once the PDP answers (`--record`), for `watch`.
+    record: Option<PathBuf>,
 }
 
 impl WaitOptions {
@@ -242,25 +263,17 @@ impl WaitOptions {
         let mut http = None;
         let mut timeout = Duration::from_secs(120);
         let mut interval = Duration::from_millis(100);
-        let mut rest = args.iter();
-        while let Some(arg) = rest.next() {
-            let (flag, inline) = match arg.split_once('=') {
-                Some((f, v)) => (f, Some(v.to_string())),
-                None => (arg.as_str(), None),
-            };
-            let mut value = || {
-                inline
-                    .clone()
-                    .or_else(|| rest.next().cloned())
-                    .ok_or_else(|| Usage(format!("{flag} needs a value")))
-            };
+        let mut record = None;
+        each_flag(args, |flag, value| {
             match flag {
-                "--http" => http = Some(value()?),
-                "--timeout" => timeout = duration_value(flag, &value()?)?,
-                "--interval" => interval = duration_value(flag, &value()?)?,
-                _ => return Err(Usage(format!("unknown flag {arg:?}"))),
+                "--http" => http = Some(value),
+                "--timeout" => timeout = duration_value(flag, &value)?,
+                "--interval" => interval = duration_value(flag, &value)?,
+                "--record" => record = Some(PathBuf::from(value)),
+                _ => return Err(Usage(format!("unknown flag {flag:?}"))),
             }
-        }
+            Ok(())
+        })?;
         let http = http.ok_or_else(|| Usage("wait needs --http HOST:PORT/PATH".into()))?;
         let target = http.strip_prefix("http://").unwrap_or(&http);
         let (authority, path) = match target.find('/') {
@@ -277,8 +290,164 @@ impl WaitOptions {
             path: path.to_string(),
             timeout,
             interval: interval.max(Duration::from_millis(10)),
+            record,
         })
     }
+}
+
+/// The cgroup of a process as this process sees it (the same text for every process of one container).
+fn cgroup_of(proc_root: &Path, pid: &str) -> Option<String> {
+    std::fs::read_to_string(proc_root.join(pid).join("cgroup")).ok()
+}
+
+/// Every process of the Pod's shared process namespace, with its cgroup: `(pid, cgroup)`.
+fn processes(proc_root: &Path) -> Vec<(u32, String)> {
+    let Ok(entries) = std::fs::read_dir(proc_root) else {
+        return vec![];
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid: u32 = name.parse().ok()?;
+            Some((pid, cgroup_of(proc_root, &name)?))
+        })
+        .collect()
+}
+
+/// Writes the PIDs of the processes that share this process's cgroup (its container) to `file`, through a
+/// temporary name, so that a reader never sees half a list.
+fn record_own(proc_root: &Path, file: &Path) -> Result<(), String> {
+    let mine = cgroup_of(proc_root, "self").ok_or("cannot read /proc/self/cgroup")?;
+    let pids: Vec<String> = processes(proc_root)
+        .into_iter()
+        .filter(|(_, cg)| *cg == mine)
+        .map(|(pid, _)| pid.to_string())
+        .collect();
+    let partial = file.with_extension("partial");
+    std::fs::write(&partial, pids.join("\n"))
+        .and_then(|()| std::fs::rename(&partial, file))
+        .map_err(|e| {
+            format!(
+                "cannot record this container's processes in {}: {e}",
+                file.display()
+            )
+        })
+}
+
+/// What `watch` needs.
+#[derive(Debug, PartialEq)]
+struct WatchOptions {
+    /// The shared emptyDir: `*.pids` files of the PDP and watch containers.
+    state: PathBuf,
+    /// The file the PDP's liveness probe reads (`apps-done`): written once the apps have ended.
+    stop: PathBuf,
+    /// How long no app process must be seen before that (`OnFailure`: longer than the kubelet's restart backoff).
+    grace: Duration,
+    interval: Duration,
+}
+
+impl WatchOptions {
+    fn parse(args: &[String]) -> Result<WatchOptions, Usage> {
+        let (mut state, mut stop) = (None, None);
+        let mut grace = Duration::ZERO;
+        let mut interval = Duration::from_secs(1);
+        each_flag(args, |flag, value| {
+            match flag {
+                "--state" => state = Some(PathBuf::from(value)),
+                "--stop" => stop = Some(PathBuf::from(value)),
+                "--grace" => grace = duration_value(flag, &value)?,
+                "--interval" => interval = duration_value(flag, &value)?,
+                _ => return Err(Usage(format!("unknown flag {flag:?}"))),
+            }
+            Ok(())
+        })?;
+        Ok(WatchOptions {
+            state: state.ok_or_else(|| Usage("watch needs --state DIR".into()))?,
+            stop: stop.ok_or_else(|| Usage("watch needs --stop FILE".into()))?,
+            grace,
+            interval: interval.max(Duration::from_millis(10)),
+        })
+    }
+}
+
+/// The app processes of the Pod: every process but the sandbox's (PID 1), this container's, and those of the
+/// containers recorded in `state` (the PDPs' and the other watchers').
+fn app_processes(proc_root: &Path, state: &Path) -> Vec<u32> {
+    let all = processes(proc_root);
+    let recorded: Vec<u32> = std::fs::read_dir(state)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".pids"))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .flat_map(|t| {
+            t.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    let mut ours: Vec<&str> = all
+        .iter()
+        .filter(|(pid, _)| *pid == 1 || recorded.contains(pid))
+        .map(|(_, cg)| cg.as_str())
+        .collect();
+    let mine = cgroup_of(proc_root, "self");
+    ours.extend(mine.as_deref());
+    all.iter()
+        .filter(|(_, cg)| !ours.contains(&cg.as_str()))
+        .map(|(pid, _)| *pid)
+        .collect()
+}
+
+/// The watch container of a run-to-completion Pod with a classic sidecar: it starts after the app containers
+/// (it is the last container, and the kubelet starts them in order), so once no app process is left (for
+/// `grace`), the apps have ended: it writes the stop file, which the PDP's liveness probe reads, and the
+/// kubelet stops the PDP. No API access, no Pod write right: only the Pod's shared process namespace.
+fn watch(proc_root: &Path, options: &WatchOptions) -> Result<String, String> {
+    let own = options
+        .state
+        .join(format!("watch-{}.pids", std::process::id()));
+    record_own(proc_root, &own)?;
+    let mut gone_since: Option<Instant> = None;
+    loop {
+        let apps = app_processes(proc_root, &options.state);
+        if !apps.is_empty() {
+            gone_since = None;
+        } else {
+            let since = *gone_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= options.grace {
+                std::fs::write(&options.stop, "the app containers have ended")
+                    .map_err(|e| format!("cannot write {}: {e}", options.stop.display()))?;
+                return Ok(format!(
+                    "no app process left: wrote {}, the PDP's liveness probe stops it",
+                    options.stop.display()
+                ));
+            }
+        }
+        std::thread::sleep(options.interval);
+    }
+}
+
+/// Walks `--flag VALUE` and `--flag=VALUE`, handing each flag and its value to `set`.
+fn each_flag(
+    args: &[String],
+    mut set: impl FnMut(&str, String) -> Result<(), Usage>,
+) -> Result<(), Usage> {
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let (flag, value) = match arg.split_once('=') {
+            Some((f, v)) => (f, v.to_string()),
+            None => (
+                arg.as_str(),
+                rest.next()
+                    .cloned()
+                    .ok_or_else(|| Usage(format!("{arg} needs a value")))?,
+            ),
+        };
+        set(flag, value)?;
+    }
+    Ok(())
 }
 
 fn duration_value(flag: &str, text: &str) -> Result<Duration, Usage> {
@@ -578,6 +747,70 @@ mod tests {
         assert!(file.exists());
         assert_eq!(unlink_stale(&dir.join("absent.sock")), Ok(None));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A Pod's shared process namespace, faked: the sandbox (1), the PDP (10, 11), an app (20), a second watch
+    /// container (40), and this watch container (30, and "self").
+    #[test]
+    fn watch_stops_the_pdp_once_no_app_process_is_left() {
+        let root = std::env::temp_dir().join(format!("pdp-await-watch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let (proc_root, state) = (root.join("proc"), root.join("state"));
+        std::fs::create_dir_all(&state).unwrap();
+        let put = |pid: &str, cg: &str| {
+            std::fs::create_dir_all(proc_root.join(pid)).unwrap();
+            std::fs::write(proc_root.join(pid).join("cgroup"), cg).unwrap();
+        };
+        for (pid, cg) in [
+            ("1", "0::/../sandbox\n"),
+            ("10", "0::/../pdp\n"),
+            ("11", "0::/../pdp\n"),
+            ("20", "0::/../app\n"),
+            ("30", "0::/\n"),
+            ("self", "0::/\n"),
+            ("40", "0::/../watch2\n"),
+        ] {
+            put(pid, cg);
+        }
+        std::fs::write(state.join("cerbos-pdp.pids"), "10").unwrap();
+        std::fs::write(state.join("watch-2.pids"), "40").unwrap();
+        assert_eq!(app_processes(&proc_root, &state), vec![20]);
+        // Without the PDP's record, its processes would count as apps.
+        std::fs::remove_file(state.join("cerbos-pdp.pids")).unwrap();
+        let mut apps = app_processes(&proc_root, &state);
+        apps.sort();
+        assert_eq!(apps, vec![10, 11, 20]);
+        std::fs::write(state.join("cerbos-pdp.pids"), "10").unwrap();
+        record_own(&proc_root, &state.join("watch-own.pids")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(state.join("watch-own.pids")).unwrap(),
+            "30"
+        );
+
+        let stop = state.join("stop-cerbos-pdp");
+        let options = WatchOptions {
+            state: state.clone(),
+            stop: stop.clone(),
+            grace: Duration::from_millis(100),
+            interval: Duration::from_millis(10),
+        };
+        std::fs::remove_dir_all(proc_root.join("20")).unwrap();
+        let started = Instant::now();
+        let said = watch(&proc_root, &options).unwrap();
+        assert!(
+            started.elapsed() >= Duration::from_millis(100),
+            "stopped before the grace"
+        );
+        assert!(said.contains("no app process left"), "{said}");
+        assert!(apps_done(&stop).is_some());
+        assert!(WatchOptions::parse(&args(&["--state", "/s"])).is_err());
+        assert_eq!(
+            WatchOptions::parse(&args(&["--state=/s", "--stop", "/s/x", "--grace", "330s"]))
+                .unwrap()
+                .grace,
+            Duration::from_secs(330)
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
