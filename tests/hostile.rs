@@ -918,3 +918,516 @@ async fn flood_of_large_slow_bodies_stays_within_the_memory_budget() {
     check_answer(r, "after", "injected_daemonset").expect("a review after the flood");
     drop(idle);
 }
+
+/// Samples a process's resident memory every 20 ms until `stop`; the task returns the peak in KiB.
+fn peak_rss(pid: u32, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let probe = ServerProbe(pid);
+        let mut peak = probe.rss_kib();
+        while !stop.load(Ordering::SeqCst) {
+            peak = peak.max(probe.rss_kib());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        peak.max(probe.rss_kib())
+    })
+}
+
+/// A review of a Pod that opts in with `containers` app containers (`{"name":"cN","image":"x"}`, 26 bytes or so
+/// each), and its size.
+fn review_with_containers(uid: &str, containers: usize) -> Vec<u8> {
+    let mut r: serde_json::Value = serde_json::from_slice(&review_body(uid, "daemonset")).unwrap();
+    r["request"]["object"]["spec"]["containers"] = (0..containers)
+        .map(|i| serde_json::json!({"name": format!("c{i}"), "image": "x"}))
+        .collect();
+    serde_json::to_vec(&r).unwrap()
+}
+
+/// The largest review with numbered containers that fits in `bytes`.
+fn containers_within(bytes: usize) -> usize {
+    let per =
+        review_with_containers("size", 2000).len() - review_with_containers("size", 1000).len();
+    let base = review_with_containers("size", 0).len();
+    (bytes - base) / (per / 1000) - 2000
+}
+
+/// Issue 25, 1: a Pod with 100,000 containers (within the apiserver's 3 MiB) and one at the 7 MiB body limit are
+/// answered (denied, `pod_too_large`) well within the deadline, the server's peak resident memory stays within
+/// its budget (96 MiB), and a normal client is answered meanwhile. Prints the figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: run by scripts/hostile.sh"]
+async fn huge_pods_are_denied_within_the_deadline_and_the_memory_budget() {
+    let _serial = serial().await;
+    let server = ServerProcess::start("huge", &[]).await;
+    let (addr, client) = (server.addr, server.client());
+    let budget_kib: u64 = 96 * 1024;
+    let stop = Arc::new(AtomicBool::new(false));
+    let peak = peak_rss(server.pid(), stop.clone());
+    let normal = tokio::spawn(normal_client(
+        addr,
+        client.clone(),
+        Duration::from_millis(100),
+        stop.clone(),
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let at_limit = containers_within(7 * 1024 * 1024 - 1024);
+    let mut figures = Vec::new();
+    for (what, n, rounds) in [
+        ("100,000 containers", 100_000, 3),
+        ("the 7 MiB body limit", at_limit, 2),
+    ] {
+        let body = review_with_containers(what, n);
+        for _ in 0..rounds {
+            let started = Instant::now();
+            let answer = call(
+                addr,
+                &client,
+                "POST",
+                "/mutate",
+                Some("application/json"),
+                body.clone(),
+            )
+            .await;
+            let took = started.elapsed();
+            let (status, bytes) = answer.unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(
+                status,
+                StatusCode::OK,
+                "{what}: {}",
+                String::from_utf8_lossy(&bytes)
+            );
+            let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(v["response"]["allowed"], false, "{what}");
+            assert_eq!(
+                v["response"]["auditAnnotations"]["reason"], "pod_too_large",
+                "{what}"
+            );
+            figures.push((what, n, body.len(), took, bytes.len()));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::SeqCst);
+    let peak = peak.await.unwrap();
+    let (mut latencies, errors) = normal.await.unwrap();
+    for (what, n, size, took, answer) in &figures {
+        eprintln!(
+            "huge Pods: {what}: {n} containers, {} KiB: denied in {took:.2?}, answer {answer} bytes",
+            size / 1024
+        );
+    }
+    eprintln!("huge Pods: server peak RSS {peak} KiB (budget {budget_kib} KiB)");
+    // The deadline is 10 s; a denial costs a parse.
+    let slowest = figures.iter().map(|f| f.3).max().unwrap();
+    assert!(
+        slowest < Duration::from_secs(5),
+        "a huge Pod took {slowest:?}"
+    );
+    assert!(
+        peak < budget_kib,
+        "peak RSS {peak} KiB over the budget {budget_kib} KiB"
+    );
+    assert_normal_client_within("huge Pods", &mut latencies, &errors, Duration::from_secs(2));
+}
+
+/// Issue 25, 4: over HTTP/1.1, a client that writes its whole over-limit body before reading gets the 413, not a
+/// connection closed under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_the_limit_written_whole_before_reading_gets_its_413() {
+    let _serial = serial().await;
+    let server = ServerProcess::start("drain413", &["--body-limit", "1048576"]).await;
+    let mut tls = tls_connect(server.addr, &server.client()).await.unwrap();
+    let body = vec![b' '; 2 * 1024 * 1024];
+    let head = format!(
+        "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(&body).await.expect("the whole body is taken");
+    tls.flush().await.unwrap();
+    let (_, answer) = closed_within(&mut tls, Duration::from_secs(10))
+        .await
+        .expect("answered and closed within 10 s");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text:?}");
+}
+
+/// Where the front's test puts its sockets, removed on drop.
+struct FrontDir(std::path::PathBuf);
+impl Drop for FrontDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fake PDP instance on `path`: answers each line `x` with `x`.
+fn echo_instance(path: &std::path::Path) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::UnixListener::bind(path).unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                use tokio::io::AsyncBufReadExt;
+                let (read, mut write) = stream.into_split();
+                let mut lines = tokio::io::BufReader::new(read).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if write
+                        .write_all(format!("{line}\n").as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    })
+}
+
+/// One check through the front on a new connection: a line out, the same line back, within 1 s.
+async fn front_check<S>(
+    connect: impl Future<Output = std::io::Result<S>>,
+    text: &str,
+) -> Result<Duration, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::AsyncBufReadExt;
+    let started = Instant::now();
+    let exchange = async {
+        let stream = connect.await.map_err(|e| format!("connect: {e}"))?;
+        let mut stream = tokio::io::BufReader::new(stream);
+        stream
+            .get_mut()
+            .write_all(format!("{text}\n").as_bytes())
+            .await
+            .map_err(|e| format!("write: {e}"))?;
+        let mut line = String::new();
+        stream
+            .read_line(&mut line)
+            .await
+            .map_err(|e| format!("read: {e}"))?;
+        if line.trim_end() == text {
+            Ok(started.elapsed())
+        } else {
+            Err(format!("answer {line:?}"))
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(1), exchange)
+        .await
+        .map_err(|_| "no answer within 1 s".to_string())?
+}
+
+/// Issue 25, 2: one client holds 5,000 idle TCP connections (from 127.0.0.2) and 5,000 idle socket connections
+/// to the real `pdp-injector node-proxy` with its default bounds, while a normal client (127.0.0.1) checks every
+/// 100 ms through both: every check is answered, and the front's resident memory stays within its budget
+/// (48 MiB). Prints the normal client's failures and p99, what became of the idle connections, and the RSS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: run by scripts/hostile.sh"]
+async fn idle_connections_to_the_front_leave_every_check_answered() {
+    let _serial = serial().await;
+    let need = 2 * 5_000 + 3_000;
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3).map(str::to_string))
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(usize::MAX);
+    assert!(
+        limit >= need,
+        "open-file limit {limit}: this test needs {need} (scripts/hostile.sh raises it with ulimit -n)"
+    );
+    let dir =
+        FrontDir(std::env::temp_dir().join(format!("pdp-hostile-front-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(dir.0.join("instances")).unwrap();
+    let _grpc = echo_instance(&dir.0.join("instances/pdp-a.grpc.sock"));
+    let _http = echo_instance(&dir.0.join("instances/pdp-a.http.sock"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let socket = dir.0.join("cerbos.sock");
+    let log = dir.0.join("front.log");
+    let mut front = std::process::Command::new(BIN)
+        .arg("node-proxy")
+        .args(["--listen", &addr.to_string()])
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--instances")
+        .arg(dir.0.join("instances"))
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn pdp-injector node-proxy");
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let pid = front.id();
+    let _kill = Kill(&mut front);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while front_check(TcpStream::connect(addr), "ready")
+        .await
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the front never answered:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let rss_idle = ServerProbe(pid).rss_kib();
+    let budget_kib: u64 = 48 * 1024;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let peak = peak_rss(pid, stop.clone());
+    let normal = {
+        let (stop, socket) = (stop.clone(), socket.clone());
+        tokio::spawn(async move {
+            let (mut tcp, mut unix) = (Vec::new(), Vec::new());
+            let mut failures = Vec::new();
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) {
+                tick.tick().await;
+                n += 1;
+                match front_check(TcpStream::connect(addr), &format!("tcp-{n}")).await {
+                    Ok(t) => tcp.push(t),
+                    Err(e) => failures.push(format!("tcp {n}: {e}")),
+                }
+                match front_check(
+                    tokio::net::UnixStream::connect(&socket),
+                    &format!("unix-{n}"),
+                )
+                .await
+                {
+                    Ok(t) => unix.push(t),
+                    Err(e) => failures.push(format!("unix {n}: {e}")),
+                }
+            }
+            (tcp, unix, failures)
+        })
+    };
+
+    // The hostile client: 5,000 TCP connections from 127.0.0.2 and 5,000 on the socket, opened as fast as the
+    // front accepts them, then held idle.
+    let started = Instant::now();
+    let mut held_tcp = Vec::with_capacity(5_000);
+    let mut held_unix = Vec::with_capacity(5_000);
+    let mut connect_errors = 0;
+    for _ in 0..5_000 {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        match s.connect(addr).await {
+            Ok(c) => held_tcp.push(c),
+            Err(_) => connect_errors += 1,
+        }
+        match tokio::net::UnixStream::connect(&socket).await {
+            Ok(c) => held_unix.push(c),
+            Err(_) => connect_errors += 1,
+        }
+    }
+    let opened = started.elapsed();
+    // Held idle for 5 s while the normal client checks.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // How many of the idle connections the front still serves: a closed one reads end of stream at once.
+    let still_open = |ready: Vec<bool>| ready.into_iter().filter(|open| *open).count();
+    let mut tcp_open = Vec::new();
+    for c in &held_tcp {
+        let mut buf = [0u8; 1];
+        tcp_open.push(
+            matches!(c.try_read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        );
+    }
+    let mut unix_open = Vec::new();
+    for c in &held_unix {
+        let mut buf = [0u8; 1];
+        unix_open.push(
+            matches!(c.try_read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        );
+    }
+    let (tcp_open, unix_open) = (still_open(tcp_open), still_open(unix_open));
+    stop.store(true, Ordering::SeqCst);
+    let (mut tcp, mut unix, failures) = normal.await.unwrap();
+    let peak = peak.await.unwrap();
+    tcp.sort();
+    unix.sort();
+    eprintln!(
+        "front: 5,000 + 5,000 idle connections opened in {opened:.1?} ({connect_errors} connect errors); after 5 s \
+         the front still holds {tcp_open} TCP and {unix_open} socket ones of them; normal client: {} TCP checks \
+         p99 {:?}, {} socket checks p99 {:?}, {} failures {:?}; front RSS {rss_idle} KiB idle, peak {peak} KiB \
+         (budget {budget_kib} KiB)",
+        tcp.len(),
+        percentile(&tcp, 99.0),
+        unix.len(),
+        percentile(&unix, 99.0),
+        failures.len(),
+        failures.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(failures.is_empty(), "normal client failures: {failures:?}");
+    assert!(tcp.len() >= 20 && unix.len() >= 20, "too few checks");
+    assert!(
+        peak < budget_kib,
+        "front peak RSS {peak} KiB over its budget {budget_kib} KiB"
+    );
+    drop(held_tcp);
+    drop(held_unix);
+}
+
+/// A namespace cache that knows one opted-in namespace, and an apiserver double behind [`FetchGuard`] (as the
+/// cluster source uses it) that counts its GETs: no other namespace exists.
+struct CountingApiserver {
+    guard: pdp_injector::cluster::namespaces::FetchGuard,
+    gets: AtomicUsize,
+}
+
+impl pdp_injector::cluster::NamespaceSource for CountingApiserver {
+    fn lookup(&self, name: &str) -> Option<pdp_injector::core::NamespaceInfo> {
+        (name == "shop").then(|| pdp_injector::core::NamespaceInfo {
+            name: name.into(),
+            injection: Some("daemonset".into()),
+            pss_enforce: Some("privileged".into()),
+        })
+    }
+    fn synced(&self) -> bool {
+        true
+    }
+    fn fetch<'a>(&'a self, name: &'a str) -> pdp_injector::cluster::FetchFuture<'a> {
+        Box::pin(self.guard.fetch(name, || async {
+            self.gets.fetch_add(1, Ordering::SeqCst);
+            // An apiserver round trip.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            Ok(None)
+        }))
+    }
+}
+
+/// Issue 25, 3: 10,000 reviews naming random namespaces (half on each webhook entry, from 8 connections) make at
+/// most the fetch rate's GETs (10 a second, as many at once), and an opted-in Pod in a real namespace is wired
+/// meanwhile. Before the bound, each of them was one GET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: run by scripts/hostile.sh"]
+async fn random_namespaces_cost_at_most_the_fetch_rate() {
+    use pdp_injector::webhook::server::{self, OPTED_IN_PATH, ServeOptions, TlsSource};
+    let _serial = serial().await;
+    pdp_injector::tls::install_default_provider();
+    let bundle = pdp_injector::tls::certs::generate(&["localhost".into()], 2, 1).unwrap();
+    let material = pdp_injector::tls::TlsMaterial {
+        cert_pem: bundle.cert_pem.clone().into_bytes(),
+        key_pem: bundle.key_pem.clone().into_bytes(),
+        client_ca_pem: None,
+    };
+    let source = Arc::new(CountingApiserver {
+        guard: Default::default(),
+        gets: AtomicUsize::new(0),
+    });
+    let running = server::start(
+        ServeOptions::new("127.0.0.1:0".parse().unwrap(), TlsSource::Fixed(material)),
+        source.clone(),
+    )
+    .await
+    .unwrap();
+    let (addr, client) = (running.addr, client_config(&bundle.ca_cert_pem));
+    let review = |uid: &str, namespace: &str, annotated: bool| {
+        let mut r: serde_json::Value = serde_json::from_str(FIXTURE).unwrap();
+        r["request"]["uid"] = uid.into();
+        r["request"]["namespace"] = namespace.into();
+        r["request"]["object"]["metadata"]["namespace"] = namespace.into();
+        if annotated {
+            r["request"]["object"]["metadata"]["annotations"] =
+                serde_json::json!({"pdp-injector.io/inject": "daemonset"});
+        }
+        serde_json::to_vec(&r).unwrap()
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let normal = {
+        let (stop, client) = (stop.clone(), client.clone());
+        tokio::spawn(async move {
+            let (mut answered, mut errors) = (0, Vec::new());
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) {
+                tick.tick().await;
+                n += 1;
+                let uid = format!("shop-{n}");
+                let r = call(
+                    addr,
+                    &client,
+                    "POST",
+                    OPTED_IN_PATH,
+                    Some("application/json"),
+                    review(&uid, "shop", false),
+                )
+                .await;
+                match check_answer(r, &uid, "injected_daemonset") {
+                    Ok(()) => answered += 1,
+                    Err(e) => errors.push(e),
+                }
+            }
+            (answered, errors)
+        })
+    };
+    let started = Instant::now();
+    let mut flood = tokio::task::JoinSet::new();
+    for c in 0..8u64 {
+        let client = client.clone();
+        let review = review.clone();
+        flood.spawn(async move {
+            let mut sender = connect(addr, &client).await.unwrap();
+            let mut answers = std::collections::BTreeMap::<String, usize>::new();
+            for i in 0..1250u64 {
+                // Random enough: a different name every time, never one that exists.
+                let name = format!("r{:x}", (c * 1250 + i).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                let path = if i % 2 == 0 { "/mutate" } else { OPTED_IN_PATH };
+                let (status, body) = send(
+                    &mut sender,
+                    "POST",
+                    path,
+                    Some("application/json"),
+                    review(&name, &name, true),
+                )
+                .await
+                .unwrap();
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let reason = v["response"]["auditAnnotations"]["reason"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
+                *answers
+                    .entry(format!("{path} {status} {reason}"))
+                    .or_default() += 1;
+            }
+            answers
+        });
+    }
+    let mut answers = std::collections::BTreeMap::<String, usize>::new();
+    while let Some(a) = flood.join_next().await {
+        for (k, n) in a.unwrap() {
+            *answers.entry(k).or_default() += n;
+        }
+    }
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, Ordering::SeqCst);
+    let (answered, errors) = normal.await.unwrap();
+    let gets = source.gets.load(Ordering::SeqCst);
+    let rate = pdp_injector::cluster::namespaces::FETCHES_PER_SECOND as f64;
+    let allowed = (rate * (1.0 + took.as_secs_f64())).ceil() as usize;
+    eprintln!(
+        "random namespaces: 10,000 reviews in {took:.1?}: {gets} apiserver GETs (bound {allowed}: {rate}/s and a \
+         burst as large; one GET per review before the bound); answers {answers:?}; the opted-in Pod in \"shop\": \
+         {answered} wired, {} errors",
+        errors.len()
+    );
+    assert_eq!(answers.values().sum::<usize>(), 10_000);
+    assert!(gets <= allowed, "{gets} GETs over {allowed}");
+    assert!(errors.is_empty(), "the real namespace's Pod: {errors:?}");
+    assert!(answered >= 5, "too few checks of the real namespace");
+    running.shutdown().await.unwrap();
+}

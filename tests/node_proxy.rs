@@ -592,7 +592,8 @@ fn bad_flags_are_clear_errors() {
         ),
         (&["--socket-backend", ""], "invalid instance socket suffix"),
         (&["--listen", "localhost"], "invalid socket address"),
-        (&["--max-connections", "0"], "0"),
+        (&["--max-tcp-connections", "0"], "0"),
+        (&["--memory-budget", "lots"], "not a size"),
         (&["--bogus"], "unexpected argument"),
     ] {
         let err = parse(args).unwrap_err().to_string();
@@ -979,45 +980,97 @@ async fn the_certificate_rotates_without_a_restart_and_a_bad_file_keeps_the_last
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_the_connection_limit_a_freed_place_goes_to_a_waiting_client_of_either_listener() {
+async fn at_its_bound_an_endpoint_gives_the_quietest_place_and_refuses_when_all_are_busy() {
     let dir = TempDir::new("limit");
     let _a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
     let mut f = flags(&dir);
-    // One place, two listeners (TCP and the socket): an idle listener must not keep the place from a client
-    // of the other one. Twice in a row on each: a place handed to the other listener's idle loop would leave
-    // the second client unanswered.
-    f.max_connections = 1;
+    // One place on each endpoint: the two bounds are apart, so a full TCP side leaves the socket's place alone.
+    f.max_tcp_connections = Some(1);
+    f.max_socket_connections = Some(1);
     let front = proxy::start(f).await.unwrap();
+    let mut tcp_first = tcp(&front).await.unwrap();
+    assert_eq!(ask_on(&mut tcp_first, "t1").await.unwrap(), "a:t1");
+    let mut unix_first = unix(&front).await.unwrap();
+    assert_eq!(ask_on(&mut unix_first, "u1").await.unwrap(), "a:u1");
+    // A second client of each: the first is quiet after its answer, so its place goes to the newcomer.
     for round in 0..2 {
-        for text in ["t1", "t2"] {
-            assert_eq!(
-                ask_tcp(&front, text).await,
-                Ok(format!("a:{text}")),
-                "round {round}"
-            );
-        }
-        for text in ["u1", "u2"] {
-            assert_eq!(
-                ask_unix(&front, text).await,
-                Ok(format!("a:{text}")),
-                "round {round}"
-            );
-        }
+        // Past the pause that makes a connection closable without failing an exchange.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            ask_tcp(&front, "t2").await,
+            Ok("a:t2".into()),
+            "round {round}"
+        );
+        assert_eq!(
+            ask_unix(&front, "u2").await,
+            Ok("a:u2".into()),
+            "round {round}"
+        );
     }
-    // At the limit a client waits, connected and unanswered, until the place is free.
-    let mut first = tcp(&front).await.unwrap();
-    assert_eq!(ask_on(&mut first, "1").await.unwrap(), "a:1");
-    let mut second = unix(&front).await.unwrap();
-    let waiting = tokio::spawn(async move { ask_on(&mut second, "2").await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!waiting.is_finished(), "answered beyond --max-connections");
-    drop(first);
-    assert_eq!(waiting.await.unwrap(), Ok("a:2".to_string()));
+    let mut buf = [0u8; 1];
+    let closed = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read(&mut tcp_first, &mut buf),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+    assert!(front.stats().taken >= 2, "{:?}", front.stats());
+    // A connection in the middle of an exchange (a request sent, no answer yet) keeps its place: the next is
+    // closed at accept.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut busy = unix(&front).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(busy.get_mut(), b"no newline yet")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        ask_unix(&front, "u3").await.is_err(),
+        "served beyond the bound"
+    );
+    assert_eq!(front.stats().refused_full, 1);
+    drop(busy);
     front.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_handshake_is_cut_off_and_frees_its_place() {
+async fn one_client_address_gets_its_own_bound_and_idle_connections_are_closed() {
+    let dir = TempDir::new("peer");
+    let _a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
+    let mut f = flags(&dir);
+    f.max_connections_per_peer = 2;
+    f.idle_timeout = Duration::from_millis(500);
+    f.no_socket = true;
+    let front = proxy::start(f).await.unwrap();
+    let mut held = Vec::new();
+    for text in ["1", "2"] {
+        let mut c = tcp(&front).await.unwrap();
+        assert_eq!(ask_on(&mut c, text).await.unwrap(), format!("a:{text}"));
+        held.push(c);
+    }
+    assert!(
+        ask_tcp(&front, "3").await.is_err(),
+        "a third from one address"
+    );
+    assert_eq!(front.stats().refused_peer, 1);
+    // Both held connections stay quiet past the idle timeout: closed, and their address is served again.
+    for c in &mut held {
+        let mut buf = [0u8; 1];
+        let closed = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::io::AsyncReadExt::read(c, &mut buf),
+        )
+        .await
+        .unwrap();
+        assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+    }
+    tls_support::until(&front, |s| s.idle_closed == 2).await;
+    assert_eq!(ask_tcp(&front, "4").await, Ok("a:4".into()));
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_handshake_gives_its_place_at_the_bound_and_is_cut_off_anyway() {
     use tls_support::*;
     let dir = TempDir::new("stall");
     let server = bundle("pdp.node.local");
@@ -1025,12 +1078,32 @@ async fn a_stalled_handshake_is_cut_off_and_frees_its_place() {
     let _a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
     let mut f = tls_flags(&dir, false);
     // One place, and the TCP listener only.
-    f.max_connections = 1;
+    f.max_tcp_connections = Some(1);
     f.no_socket = true;
     f.tls_handshake_timeout = Duration::from_millis(300);
     let front = proxy::start(f).await.unwrap();
-    // Connects and says nothing: it holds the only place until the handshake bound.
-    let mut silent = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
+    let closed_within_5s = |mut stream: TcpStream| async move {
+        let mut buf = [0u8; 1];
+        let closed = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::io::AsyncReadExt::read(&mut stream, &mut buf),
+        )
+        .await
+        .unwrap();
+        assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+    };
+    // Connects and says nothing: alone, it is cut off at the handshake bound.
+    let silent = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
+    let started = Instant::now();
+    closed_within_5s(silent).await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    until(&front, |s| s.tls_failed == 1).await;
+    // Another silent one holds the only place; a real client takes it at once.
+    let silent = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let started = Instant::now();
     assert_eq!(
@@ -1040,19 +1113,12 @@ async fn a_stalled_handshake_is_cut_off_and_frees_its_place() {
         "a:next"
     );
     assert!(
-        started.elapsed() >= Duration::from_millis(150),
+        started.elapsed() < Duration::from_millis(250),
         "{:?}",
         started.elapsed()
     );
-    let mut buf = [0u8; 1];
-    let closed = tokio::time::timeout(
-        Duration::from_secs(5),
-        tokio::io::AsyncReadExt::read(&mut silent, &mut buf),
-    )
-    .await
-    .unwrap();
-    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
-    assert_eq!(front.stats().tls_failed, 1);
+    closed_within_5s(silent).await;
+    assert_eq!(front.stats().taken, 1);
     front.shutdown().await;
 }
 

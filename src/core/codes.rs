@@ -64,6 +64,9 @@ pub enum Reason {
     /// A run-to-completion Pod that gets a classic sidecar (Kubernetes < 1.29) sets `shareProcessNamespace:
     /// false`, which the container that stops the sidecar after the apps needs.
     ProcessNamespaceOff,
+    /// The Pod has more containers, or its wiring would need a larger patch, than the webhook wires: a bound on
+    /// what one review may cost (no real Pod comes near it).
+    PodTooLarge,
 }
 
 impl Reason {
@@ -94,6 +97,7 @@ impl Reason {
             Reason::PdpContainerNamed => "pdp_container_named",
             Reason::ProcessNamespaceOff => "process_namespace_off",
             Reason::NoCentralAddress => "no_central_address",
+            Reason::PodTooLarge => "pod_too_large",
         }
     }
 
@@ -123,12 +127,13 @@ impl Reason {
             | Reason::RequiredOptOut
             | Reason::ForgedStatus
             | Reason::PdpContainerNamed
-            | Reason::ProcessNamespaceOff => "deny",
+            | Reason::ProcessNamespaceOff
+            | Reason::PodTooLarge => "deny",
         }
     }
 
     /// Every reason, for documentation and for metrics that must show zeros.
-    pub const ALL: [Reason; 24] = [
+    pub const ALL: [Reason; 25] = [
         Reason::InjectedSidecar,
         Reason::InjectedDaemonset,
         Reason::InjectedCentral,
@@ -153,6 +158,7 @@ impl Reason {
         Reason::ForgedStatus,
         Reason::PdpContainerNamed,
         Reason::ProcessNamespaceOff,
+        Reason::PodTooLarge,
     ];
 }
 
@@ -257,6 +263,17 @@ impl Denial {
                 "the labels of namespace {namespace:?} could not be read from the apiserver ({why}), so whether \
                  the Pod must be wired is unknown: answered with an error, which the webhook entry's failure \
                  policy turns into a refusal (Fail) or an admission without the PDP (Ignore)"
+            ),
+        }
+    }
+
+    /// The refusal of a Pod beyond the webhook's size bounds (`pod_too_large`); `what` says which bound.
+    pub fn pod_too_large(what: impl std::fmt::Display) -> Denial {
+        Denial {
+            reason: Reason::PodTooLarge,
+            message: format!(
+                "{what}: the injector wires Pods within this bound only, so that no single Pod can make it slow or \
+                 run it out of memory for every other Pod; split the workload into several Pods"
             ),
         }
     }

@@ -518,7 +518,9 @@ fn decide_rewire(
         Err(d) => return Ok(Decision::Deny(d)),
     };
     // Re-wiring only ever wires containers the first pass did not: none new, nothing to do.
-    if containers.iter().all(|c| status.containers.contains(c)) {
+    let wired: std::collections::BTreeSet<&str> =
+        status.containers.iter().map(String::as_str).collect();
+    if containers.iter().all(|c| wired.contains(c.as_str())) {
         return Ok(Decision::Skip(Reason::AlreadyInjected, vec![]));
     }
     Ok(Decision::Inject(Box::new(Plan {
@@ -561,10 +563,12 @@ fn select_containers(pod: &PodView<'_>, config: &Config) -> Result<Vec<String>, 
             ),
         });
     }
+    // Sets, so that a long list against many containers stays linear.
+    let known: std::collections::BTreeSet<&str> = names.iter().copied().collect();
     let unknown: Vec<&str> = wanted
         .iter()
         .copied()
-        .filter(|w| !names.contains(w))
+        .filter(|w| !known.contains(w))
         .collect();
     if !unknown.is_empty() {
         return Err(Denial {
@@ -576,6 +580,7 @@ fn select_containers(pod: &PodView<'_>, config: &Config) -> Result<Vec<String>, 
             ),
         });
     }
+    let wanted: std::collections::BTreeSet<&str> = wanted.into_iter().collect();
     Ok(names
         .into_iter()
         .filter(|n| wanted.contains(n))

@@ -89,6 +89,17 @@ pub fn inject(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Outcome {
     inject_json(&pod_json(pod), ns, config)
 }
 
+/// Containers and init containers together that a Pod may have to be wired. Real Pods have a handful (a
+/// sidecar-heavy Pod a dozen or two); the bound keeps what one review costs small (SECURITY.md, "Cost of one
+/// review") whatever the body limit lets in: about 100,000 containers fit in the apiserver's 3 MiB.
+pub const MAX_CONTAINERS: usize = 128;
+
+/// Operations one wiring's patch may have: far above what [`MAX_CONTAINERS`] containers need (a few each).
+pub const MAX_PATCH_OPS: usize = 4096;
+
+/// Bytes one wiring's patch may take as JSON (the response carries it in base64, a third more).
+pub const MAX_PATCH_BYTES: usize = 1024 * 1024;
+
 /// Decides and renders for the view of a Pod.
 pub fn inject_view(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Outcome {
     let plan = match decide(pod, ns, config) {
@@ -96,7 +107,33 @@ pub fn inject_view(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Ou
         Decision::Deny(denial) => return Outcome::Denied(denial),
         Decision::Inject(plan) => *plan,
     };
+    // Only a Pod that would be wired is bounded: the others cost a parse and are none of the injector's business.
+    let containers = pod.containers().len() + pod.init_containers().len();
+    if containers > MAX_CONTAINERS {
+        return Outcome::Denied(Denial::pod_too_large(format!(
+            "the Pod has {containers} containers and init containers, more than {MAX_CONTAINERS}"
+        )));
+    }
     wire(pod, plan, config)
+}
+
+/// The size of `patch` as JSON, counted without building it.
+fn patch_bytes(patch: &Patch) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, patch) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
 }
 
 /// Renders a plan that [`decide`] made for `pod`, then each further profile the Pod lists.
@@ -114,6 +151,18 @@ pub fn wire(pod: &PodView<'_>, plan: Plan, config: &Config) -> Outcome {
             reason: Reason::AlreadyInjected,
             warnings,
         };
+    }
+    if patch.0.len() > MAX_PATCH_OPS {
+        return Outcome::Denied(Denial::pod_too_large(format!(
+            "wiring the Pod takes {} patch operations, more than {MAX_PATCH_OPS}",
+            patch.0.len()
+        )));
+    }
+    let bytes = patch_bytes(&patch);
+    if bytes > MAX_PATCH_BYTES {
+        return Outcome::Denied(Denial::pod_too_large(format!(
+            "wiring the Pod takes a patch of {bytes} bytes, more than {MAX_PATCH_BYTES}"
+        )));
     }
     let reason = match (&plan.previous, plan.mode) {
         (Some(_), _) => Reason::Rewired,

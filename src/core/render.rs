@@ -5,7 +5,7 @@
 //! apiserver would fill in are written explicitly, so the stored object equals what we returned and a
 //! reinvocation compares like with like.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use json_patch::Patch;
 use k8s_openapi::api::core::v1::{
@@ -779,11 +779,14 @@ pub fn render(pod: &PodView<'_>, plan: &Plan, config: &Config) -> Result<Rendere
     let our_names: Vec<&str> = ours.iter().map(|e| e.name.as_str()).collect();
     let mut containers_ops = PatchBuilder::default();
     let mut wired = Vec::new();
+    // Sets, so that the loop stays linear in the Pod's containers.
+    let wanted: BTreeSet<&str> = plan.containers.iter().map(String::as_str).collect();
+    let done: BTreeSet<&str> = previous
+        .map(|s| s.containers.iter().map(String::as_str).collect())
+        .unwrap_or_default();
     for (i, container) in pod.containers().iter().enumerate() {
         let name = container.name.as_str();
-        if !plan.containers.iter().any(|c| c == name)
-            || previous.is_some_and(|s| s.containers.iter().any(|c| c == name))
-        {
+        if !wanted.contains(name) || done.contains(name) {
             continue;
         }
         let index = i.to_string();

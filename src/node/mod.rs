@@ -5,7 +5,9 @@
 //! - [`route`]: which instance a connection goes to; pure, no I/O;
 //! - [`proxy`]: the listeners, the stable socket, the forwarding, the drain;
 //! - [`groups`]: several listener pairs in one process (`--group`), one front for every node-local PDP.
+//! - [`slots`]: the memory budget, the connection bounds derived from it, the places of open connections.
 
 pub mod groups;
 pub mod proxy;
 pub mod route;
+pub mod slots;

@@ -35,17 +35,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
 use crate::duration::duration_flag;
 use crate::node::route::{self, Candidate};
+use crate::node::slots::{Activity, COPY_BUFFER, FrontBounds, Refused, Slot, Slots};
 use crate::tls::{self, Reload, Reloader, TlsError, TlsFiles};
 
 /// The flags of `node-proxy`, with their defaults and environment variables (the binary flattens this).
@@ -101,11 +100,34 @@ pub struct NodeProxyFlags {
     /// After SIGTERM, how long open connections get to finish before they are closed.
     #[arg(long, env = "PDP_NODE_PROXY_DRAIN_TIMEOUT", default_value = "25s", value_parser = duration_flag)]
     pub drain_timeout: Duration,
-    /// Client connections served at once; beyond, each listener holds one more accepted (unread) and the rest wait
-    /// in the kernel's accept backlog.
-    #[arg(long, env = "PDP_NODE_PROXY_MAX_CONNECTIONS", default_value_t = 4096,
+    /// What the front may use (Kubernetes quantity: 48Mi): its connection bounds are derived from it
+    /// (docs/deployment-models.md, "Bounds"). Keep it at about 75% of the container's memory limit.
+    #[arg(long, env = "PDP_NODE_PROXY_MEMORY_BUDGET", default_value = "48Mi",
+          value_parser = crate::webhook::limits::parse_size)]
+    pub memory_budget: u64,
+    /// TCP client connections served at once (default: derived from --memory-budget); at the bound, a new one takes
+    /// the place of the connection quiet the longest, or is closed at accept when every one is busy.
+    #[arg(long, env = "PDP_NODE_PROXY_MAX_TCP_CONNECTIONS",
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub max_connections: u32,
+    pub max_tcp_connections: Option<u32>,
+    /// Stable-socket client connections served at once (default: derived from --memory-budget); at the bound, as
+    /// for TCP.
+    #[arg(long, env = "PDP_NODE_PROXY_MAX_SOCKET_CONNECTIONS",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_socket_connections: Option<u32>,
+    /// TCP connections one client address may hold at once; more are closed at accept.
+    #[arg(long, env = "PDP_NODE_PROXY_MAX_CONNECTIONS_PER_PEER", default_value_t = 128,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections_per_peer: u32,
+    /// A connection that carried no byte either way for this long is closed: far above the ping interval of
+    /// gRPC keep-alive clients (servers refuse pings more often than every 5 minutes by default), so only
+    /// clients that hold a connection and never use it lose it.
+    #[arg(long, env = "PDP_NODE_PROXY_IDLE_TIMEOUT", default_value = "15m", value_parser = duration_flag)]
+    pub idle_timeout: Duration,
+    /// A connection older than this is closed at its next pause between two exchanges (as a gRPC server's
+    /// MaxConnectionAge does with GOAWAY): no client holds a place for ever; clients reconnect at once.
+    #[arg(long, env = "PDP_NODE_PROXY_MAX_CONNECTION_AGE", default_value = "1h", value_parser = duration_flag)]
+    pub max_connection_age: Duration,
     /// How often the front looks for a newer PDP instance and moves idle connections to it (see "Moving
     /// connections" in the module docs); 0s never moves a connection (it stays until either side closes it).
     #[arg(long, env = "PDP_NODE_PROXY_REBALANCE_INTERVAL", default_value = "250ms", value_parser = duration_flag)]
@@ -125,7 +147,7 @@ pub struct NodeProxyFlags {
     /// How often the TLS files are read again; a change is used from the next handshake on, a broken new file is logged and the last good one kept.
     #[arg(long, env = "PDP_NODE_PROXY_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = duration_flag)]
     pub tls_reload_interval: Duration,
-    /// Bound on a TLS handshake: a client that has not finished it by then is closed (and gives back its place under --max-connections).
+    /// Bound on a TLS handshake: a client that has not finished it by then is closed (and gives back its place).
     #[arg(long, env = "PDP_NODE_PROXY_TLS_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = duration_flag)]
     pub tls_handshake_timeout: Duration,
 }
@@ -225,6 +247,16 @@ pub struct Stats {
     pub tls_reloaded: u64,
     /// New TLS files refused (unreadable or invalid); the last good ones stayed.
     pub tls_reload_failed: u64,
+    /// TCP connections closed at accept: their client address held --max-connections-per-peer already.
+    pub refused_peer: u64,
+    /// Connections closed at accept: their endpoint was at its bound and every connection was in an exchange.
+    pub refused_full: u64,
+    /// Connections closed because a new connection took their place at the bound (they were quiet the longest).
+    pub taken: u64,
+    /// Connections closed after --idle-timeout without a byte.
+    pub idle_closed: u64,
+    /// Connections closed at a pause after --max-connection-age.
+    pub aged_closed: u64,
     /// Per instance.
     pub instances: BTreeMap<String, InstanceCounts>,
 }
@@ -247,6 +279,8 @@ struct Route {
     newest: watch::Sender<Option<String>>,
     /// TLS terminated before forwarding (the TCP route, when configured).
     tls: Option<Arc<FrontTls>>,
+    /// The places of its connections.
+    slots: Arc<Slots>,
 }
 
 /// The TLS side of the TCP route: the configuration in use, swapped by the reload task.
@@ -289,7 +323,10 @@ impl FrontTls {
 struct Shared {
     stats: Mutex<Stats>,
     phase: watch::Sender<Phase>,
-    connections: Arc<Semaphore>,
+    idle_timeout: Duration,
+    max_age: Duration,
+    /// When a refusal at accept was last logged at `info`.
+    refusal_noted: Mutex<Option<Instant>>,
     wait: Duration,
     retry_interval: Duration,
     connect_timeout: Duration,
@@ -344,7 +381,8 @@ pub struct Running {
     stats_task: Option<JoinHandle<()>>,
     trackers: Vec<JoinHandle<()>>,
     tls_task: Option<JoinHandle<()>>,
-    max_connections: u32,
+    routes: Vec<Arc<Route>>,
+    bounds: FrontBounds,
     drain_timeout: Duration,
 }
 
@@ -366,6 +404,22 @@ impl Running {
         self.socket.as_deref()
     }
 
+    /// The bounds in force.
+    pub fn bounds(&self) -> FrontBounds {
+        self.bounds
+    }
+
+    /// Connections open now, all endpoints.
+    pub fn open(&self) -> usize {
+        self.routes.iter().map(|r| r.slots.open()).sum()
+    }
+
+    async fn emptied(&self) {
+        for route in &self.routes {
+            route.slots.emptied().await;
+        }
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> Stats {
         self.shared
@@ -385,18 +439,15 @@ impl Running {
         if let Some(owned) = self.owned.take() {
             owned.release();
         }
-        let open = self.max_connections as usize - self.shared.connections.available_permits();
         info!(
-            open,
+            open = self.open(),
             drain_timeout = ?self.drain_timeout,
             "stopped accepting; draining open connections"
         );
-        let all = self.shared.connections.acquire_many(self.max_connections);
-        let cut = match tokio::time::timeout(self.drain_timeout, all).await {
-            Ok(_) => 0,
+        let cut = match tokio::time::timeout(self.drain_timeout, self.emptied()).await {
+            Ok(()) => 0,
             Err(_) => {
-                let cut =
-                    self.max_connections as usize - self.shared.connections.available_permits();
+                let cut = self.open();
                 warn!(cut, "drain timeout: closing the connections still open");
                 cut as u32
             }
@@ -413,8 +464,7 @@ impl Running {
         }
         // The connections cut above end at their next poll; give them that moment before the runtime goes.
         if cut > 0 {
-            let all = self.shared.connections.acquire_many(self.max_connections);
-            let _ = tokio::time::timeout(Duration::from_secs(1), all).await;
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.emptied()).await;
         }
         let stats = self.stats();
         info!(?stats, "node-proxy stopped");
@@ -425,6 +475,14 @@ impl Running {
 /// Starts the front: binds every endpoint first (an error names the one that failed), then serves.
 pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
     check(&flags)?;
+    let serves_tcp = !flags.no_tcp && !flags.listen_addrs().is_empty();
+    let bounds = FrontBounds::derive(
+        flags.memory_budget,
+        serves_tcp.then_some((flags.tls_files().is_some(), flags.max_tcp_connections)),
+        (!flags.no_socket).then_some(flags.max_socket_connections),
+        flags.max_connections_per_peer,
+    )
+    .map_err(NodeProxyError::Flags)?;
     // The certificate first: a front that cannot serve TLS must not take the port.
     let tls_start = match flags.tls_files() {
         Some(files) => {
@@ -459,7 +517,9 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
     let shared = Arc::new(Shared {
         stats: Mutex::new(Stats::default()),
         phase,
-        connections: Arc::new(Semaphore::new(flags.max_connections as usize)),
+        idle_timeout: flags.idle_timeout,
+        max_age: flags.max_connection_age,
+        refusal_noted: Mutex::new(None),
         wait: flags.wait,
         retry_interval: flags.retry_interval,
         connect_timeout: flags.connect_timeout,
@@ -493,6 +553,7 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
         suffix: flags.tcp_backend.clone(),
         newest: watch::Sender::new(None),
         tls: front_tls,
+        slots: Slots::new(bounds.tcp, Some(bounds.per_peer)),
     });
     let mut routes = vec![tcp_route.clone()];
     for listener in tcp_listeners {
@@ -509,6 +570,7 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
             suffix: flags.socket_backend.clone(),
             newest: watch::Sender::new(None),
             tls: None,
+            slots: Slots::new(bounds.socket, None),
         });
         routes.push(route.clone());
         accept_tasks.push(tokio::spawn(accept_loop(
@@ -523,8 +585,14 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
         Vec::new()
     } else {
         routes
-            .into_iter()
-            .map(|r| tokio::spawn(track_newest(r, shared.clone(), flags.rebalance_interval)))
+            .iter()
+            .map(|r| {
+                tokio::spawn(track_newest(
+                    r.clone(),
+                    shared.clone(),
+                    flags.rebalance_interval,
+                ))
+            })
             .collect()
     };
     let socket = owned.as_ref().map(|o| o.path.clone());
@@ -536,6 +604,10 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
         tcp_backend = %flags.tcp_backend,
         socket_backend = %flags.socket_backend,
         wait = ?flags.wait,
+        memory_budget_mib = bounds.budget / (1024 * 1024),
+        max_tcp_connections = bounds.tcp,
+        max_socket_connections = bounds.socket,
+        max_connections_per_peer = bounds.per_peer,
         "node-proxy serving"
     );
     Ok(Running {
@@ -547,7 +619,8 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
         stats_task,
         trackers,
         tls_task,
-        max_connections: flags.max_connections,
+        routes,
+        bounds,
         drain_timeout: flags.drain_timeout,
     })
 }
@@ -625,6 +698,11 @@ fn check(flags: &NodeProxyFlags) -> Result<(), NodeProxyError> {
     if !serves_tcp && flags.no_socket {
         return Err(NodeProxyError::Flags(
             "nothing to serve: --no-tcp and --no-socket together".into(),
+        ));
+    }
+    if flags.idle_timeout.is_zero() || flags.max_connection_age.is_zero() {
+        return Err(NodeProxyError::Flags(
+            "--idle-timeout and --max-connection-age must be more than 0s".into(),
         ));
     }
     if flags.retry_interval.is_zero() {
@@ -745,22 +823,37 @@ async fn accept_loop(listener: Listener, route: Arc<Route>, shared: Arc<Shared>)
             _ = phase.wait_for(|p| *p != Phase::Serving) => break,
             accepted = accept(&listener) => accepted,
         };
-        // The permit after the accept, so that an idle listener never holds one that a client of another
-        // listener is waiting for. At --max-connections each listener holds at most this one client, unread,
-        // and the others wait in the kernel's backlog, not in memory.
-        let permit = tokio::select! {
-            biased;
-            _ = phase.wait_for(|p| *p != Phase::Serving) => break,
-            permit = shared.connections.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors and the like: say so, and do not spin.
+                warn!(route = route.kind, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
         };
-        match accepted {
-            Ok((Stream::Tcp(stream), peer)) => {
+        // A place for the client, or it is closed now: excess costs an accept, never memory.
+        let ip = match &stream {
+            Stream::Tcp(tcp) => tcp.peer_addr().ok().map(|a| a.ip()),
+            Stream::Unix(_) => None,
+        };
+        let slot = match route.slots.admit(ip) {
+            Ok((slot, took)) => {
+                if took {
+                    shared.count(|s| s.taken += 1);
+                }
+                slot
+            }
+            Err(refused) => {
+                refuse(&route, &shared, refused, &peer);
+                continue;
+            }
+        };
+        shared.count(|s| s.accepted += 1);
+        match stream {
+            Stream::Tcp(stream) => {
                 // The front relays small request/response messages: no Nagle delay on top of the PDP's.
                 let _ = stream.set_nodelay(true);
-                shared.count(|s| s.accepted += 1);
                 match &route.tls {
                     Some(tls) => tokio::spawn(serve_tls(
                         stream,
@@ -768,25 +861,55 @@ async fn accept_loop(listener: Listener, route: Arc<Route>, shared: Arc<Shared>)
                         tls.clone(),
                         route.clone(),
                         shared.clone(),
-                        permit,
+                        slot,
                     )),
-                    None => {
-                        tokio::spawn(serve(stream, peer, route.clone(), shared.clone(), permit))
-                    }
+                    None => tokio::spawn(serve(stream, peer, route.clone(), shared.clone(), slot)),
                 };
             }
-            Ok((Stream::Unix(stream), peer)) => {
-                shared.count(|s| s.accepted += 1);
-                tokio::spawn(serve(stream, peer, route.clone(), shared.clone(), permit));
-            }
-            Err(e) => {
-                // Out of file descriptors and the like: say so, and do not spin.
-                warn!(route = route.kind, error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            Stream::Unix(stream) => {
+                tokio::spawn(serve(stream, peer, route.clone(), shared.clone(), slot));
             }
         }
     }
     debug!(route = route.kind, "listener closed");
+}
+
+/// At most one refusal per this interval is logged at `info`; every one is counted.
+const REFUSAL_NOTE_EVERY: Duration = Duration::from_secs(10);
+
+/// Counts (and now and then logs) a connection closed at accept.
+fn refuse(route: &Route, shared: &Shared, refused: Refused, peer: &str) {
+    let why = match refused {
+        Refused::Peer => {
+            shared.count(|s| s.refused_peer += 1);
+            "its address holds --max-connections-per-peer connections already"
+        }
+        Refused::Full => {
+            shared.count(|s| s.refused_full += 1);
+            "the endpoint is at its connection bound and every connection is in an exchange"
+        }
+    };
+    let mut noted = shared
+        .refusal_noted
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let now = Instant::now();
+    if noted.is_none_or(|at| now.duration_since(at) >= REFUSAL_NOTE_EVERY) {
+        *noted = Some(now);
+        info!(
+            route = route.kind,
+            peer,
+            reason = why,
+            "connection closed at accept (further ones in the next 10 s are only counted: refused_peer, refused_full)"
+        );
+    } else {
+        debug!(
+            route = route.kind,
+            peer,
+            reason = why,
+            "connection closed at accept"
+        );
+    }
 }
 
 enum Stream {
@@ -812,7 +935,7 @@ async fn accept(listener: &Listener) -> io::Result<(Stream, String)> {
     }
 }
 
-/// One TCP client connection on the TLS port: the handshake (bounded, holding the connection's permit), then
+/// One TCP client connection on the TLS port: the handshake (bounded, holding the connection's place), then
 /// [`serve`] on the decrypted stream. A failed handshake forwards nothing.
 async fn serve_tls(
     client: TcpStream,
@@ -820,7 +943,7 @@ async fn serve_tls(
     tls: Arc<FrontTls>,
     route: Arc<Route>,
     shared: Arc<Shared>,
-    permit: OwnedSemaphorePermit,
+    slot: Slot,
 ) {
     let mut phase = shared.phase.subscribe();
     let handshake = tokio::time::timeout(tls.handshake_timeout, tls.acceptor().accept(client));
@@ -830,9 +953,10 @@ async fn serve_tls(
             shared.count(|s| s.cut_at_drain += 1);
             return;
         }
+        _ = slot.conn.taken() => return,
     };
     let failure = match done {
-        Ok(Ok(stream)) => return serve(stream, peer, route, shared, permit).await,
+        Ok(Ok(stream)) => return serve(stream, peer, route, shared, slot).await,
         Ok(Err(e)) => handshake_failure(&e),
         Err(_) => format!(
             "no complete handshake within --tls-handshake-timeout ({:?})",
@@ -925,13 +1049,8 @@ async fn reload_tls(
 
 /// One client connection: find an instance (waiting if none is ready), then copy bytes both ways until
 /// either side closes, or the drain ends.
-async fn serve<S>(
-    client: S,
-    peer: String,
-    route: Arc<Route>,
-    shared: Arc<Shared>,
-    _permit: OwnedSemaphorePermit,
-) where
+async fn serve<S>(client: S, peer: String, route: Arc<Route>, shared: Arc<Shared>, slot: Slot)
+where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let started = Instant::now();
@@ -968,6 +1087,7 @@ async fn serve<S>(
                 shared.count(|s| s.cut_at_drain += 1);
                 return;
             }
+            _ = slot.conn.taken() => return,
         }
     };
     shared.instance(&name, |c| c.forwarded += 1);
@@ -982,15 +1102,27 @@ async fn serve<S>(
     } else {
         debug!(route = route.kind, peer, instance = name, "forwarding");
     }
-    let activity = Arc::new(Activity::new());
+    let activity = &slot.conn.activity;
     let (client_r, client_w) = tokio::io::split(client);
     let (backend_r, backend_w) = backend.into_split();
-    let up = pipe(Tracked::new(client_r, UP, activity.clone()), backend_w);
-    let down = pipe(Tracked::new(backend_r, DOWN, activity.clone()), client_w);
+    let up = pipe(Tracked::new(client_r, Activity::UP, activity), backend_w);
+    let down = pipe(Tracked::new(backend_r, Activity::DOWN, activity), client_w);
     let newest = route.newest.subscribe();
     let copied = tokio::select! {
         (up, down) = async { tokio::join!(up, down) } => up.and_then(|up| down.map(|down| (up, down))),
-        _ = until_moved(&name, newest, &activity) => {
+        _ = slot.conn.taken() => {
+            debug!(route = route.kind, peer, instance = name, "closed: a new connection took its place at the bound");
+            return;
+        }
+        ended = idle_or_aged(activity, shared.idle_timeout, shared.max_age) => {
+            match ended {
+                Ended::Idle => shared.count(|s| s.idle_closed += 1),
+                Ended::Aged => shared.count(|s| s.aged_closed += 1),
+            }
+            debug!(route = route.kind, peer, instance = name, ?ended, "closed: idle or old");
+            return;
+        }
+        _ = until_moved(&name, newest, activity) => {
             shared.instance(&name, |c| c.moved += 1);
             debug!(route = route.kind, peer, instance = name, "moved: closed between two exchanges, a newer instance serves");
             return;
@@ -1024,57 +1156,50 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let n = tokio::io::copy(&mut from, &mut to).await?;
+    let mut from = BufReader::with_capacity(COPY_BUFFER, &mut from);
+    let n = tokio::io::copy_buf(&mut from, &mut to).await?;
     to.shutdown().await?;
     Ok(n)
 }
 
-const UP: u8 = 1;
-const DOWN: u8 = 2;
-
-/// When a connection last carried bytes, and which way: enough to see the pause between two exchanges.
-struct Activity {
-    origin: Instant,
-    /// Microseconds since `origin` of the last read that returned bytes.
-    last_us: AtomicU64,
-    /// [`UP`] (client to instance), [`DOWN`], or 0 before the first byte.
-    last_dir: AtomicU8,
+/// Why a connection was closed by its own clock.
+#[derive(Debug)]
+enum Ended {
+    /// No byte either way for --idle-timeout.
+    Idle,
+    /// Older than --max-connection-age, at a pause between two exchanges.
+    Aged,
 }
 
-impl Activity {
-    fn new() -> Self {
-        Self {
-            origin: Instant::now(),
-            last_us: AtomicU64::new(0),
-            last_dir: AtomicU8::new(0),
+/// Resolves when the connection has been quiet for `idle`, or is older than `max_age` and between two exchanges.
+async fn idle_or_aged(activity: &Activity, idle: Duration, max_age: Duration) -> Ended {
+    loop {
+        let quiet = activity.quiet();
+        if quiet >= idle {
+            return Ended::Idle;
         }
-    }
-
-    fn mark(&self, dir: u8) {
-        let us = self.origin.elapsed().as_micros() as u64;
-        self.last_us.store(us, Ordering::Relaxed);
-        self.last_dir.store(dir, Ordering::Relaxed);
-    }
-
-    /// How long the connection has been quiet after an answer, or `None` while a request may be under way
-    /// (the last bytes went to the instance) or before any byte.
-    fn quiet_after_answer(&self) -> Option<Duration> {
-        (self.last_dir.load(Ordering::Relaxed) == DOWN).then(|| {
-            let now = self.origin.elapsed().as_micros() as u64;
-            Duration::from_micros(now.saturating_sub(self.last_us.load(Ordering::Relaxed)))
-        })
+        let age = activity.age();
+        let nap = if age >= max_age {
+            match activity.quiet_after_answer() {
+                Some(q) if q >= MOVE_QUIET => return Ended::Aged,
+                _ => MOVE_QUIET,
+            }
+        } else {
+            (idle - quiet).min(max_age - age)
+        };
+        tokio::time::sleep(nap).await;
     }
 }
 
 /// A reader that records in [`Activity`] when it returned bytes.
-struct Tracked<R> {
+struct Tracked<'a, R> {
     inner: R,
     dir: u8,
-    activity: Arc<Activity>,
+    activity: &'a Activity,
 }
 
-impl<R> Tracked<R> {
-    fn new(inner: R, dir: u8, activity: Arc<Activity>) -> Self {
+impl<'a, R> Tracked<'a, R> {
+    fn new(inner: R, dir: u8, activity: &'a Activity) -> Self {
         Self {
             inner,
             dir,
@@ -1083,7 +1208,7 @@ impl<R> Tracked<R> {
     }
 }
 
-impl<R: AsyncRead + Unpin> AsyncRead for Tracked<R> {
+impl<R: AsyncRead + Unpin> AsyncRead for Tracked<'_, R> {
     fn poll_read(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -1101,7 +1226,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Tracked<R> {
 /// How long a connection must have been quiet after an answer before it is moved: the pause between two
 /// exchanges. Closing then is what an HTTP/1.1 server does with an idle keep-alive connection, which clients
 /// expect; closing in the middle of an exchange would fail it.
-const MOVE_QUIET: Duration = Duration::from_millis(10);
+const MOVE_QUIET: Duration = crate::node::slots::QUIET;
 
 /// Resolves when this connection should be closed so that its client reconnects to a newer instance: a newer
 /// instance accepts connections, and the connection is between two exchanges. Never resolves otherwise.

@@ -37,16 +37,19 @@ pub enum ErrorKind {
     Timeout,
     /// 503: the generic entry could not read the Pod's namespace (its failure policy decides).
     NamespaceUnreadable,
+    /// 500: the review itself failed (a bug).
+    Internal,
 }
 
 impl ErrorKind {
-    const ALL: [ErrorKind; 6] = [
+    const ALL: [ErrorKind; 7] = [
         ErrorKind::BadRequest,
         ErrorKind::PayloadTooLarge,
         ErrorKind::UnsupportedMediaType,
         ErrorKind::Overloaded,
         ErrorKind::Timeout,
         ErrorKind::NamespaceUnreadable,
+        ErrorKind::Internal,
     ];
 
     /// Label value.
@@ -58,6 +61,7 @@ impl ErrorKind {
             ErrorKind::Overloaded => "overloaded",
             ErrorKind::Timeout => "timeout",
             ErrorKind::NamespaceUnreadable => "namespace_unreadable",
+            ErrorKind::Internal => "internal",
         }
     }
 }

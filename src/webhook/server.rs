@@ -678,24 +678,30 @@ async fn answer(state: &AppState, entry: Entry, request: Request) -> Response {
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    let http2 = request.version() == axum::http::Version::HTTP_2;
     let mut incoming = request.into_body();
-    // The body's bytes stay accounted in the shared budget until the answer is sent (`_held` lives to the end).
+    // The body's bytes stay accounted in the shared budget until the review ends (`held` below).
     let read = read_body(state, &mut incoming, declared).await;
-    if http2 && read.is_err() {
-        // Over HTTP/2, dropping a body the client is still sending resets the stream, and clients (curl, Go's
-        // net/http in the apiserver) then report a stream error instead of our answer: read the rest and throw
-        // it away in the background, bounded in time, so the answer arrives whole. No byte of it is kept.
-        let deadline = state.request_timeout;
+    if read.is_err() {
+        // A client still sending a body we refused must get the answer, not a reset stream (HTTP/2: curl and Go's
+        // net/http in the apiserver report a stream error) nor a connection closed under it (HTTP/1.1: a client
+        // that writes its whole body before reading, as Python's urllib does, sees an EOF instead of the 413):
+        // read the rest and throw it away in the background, bounded in time and bytes. No byte of it is kept.
+        let (deadline, most) = (state.request_timeout, state.body_limit.saturating_mul(2));
         tokio::spawn(async move {
             use http_body_util::BodyExt;
             let _ = tokio::time::timeout(deadline, async {
-                while let Some(Ok(_)) = incoming.frame().await {}
+                let mut thrown = 0usize;
+                while let Some(Ok(frame)) = incoming.frame().await {
+                    thrown += frame.data_ref().map_or(0, |d| d.len());
+                    if thrown > most {
+                        break;
+                    }
+                }
             })
             .await;
         });
     }
-    let (body, _held) = match read {
+    let (body, body_budget) = match read {
         Ok(read) => read,
         Err(BodyError::TooLarge) => {
             state.metrics.error(ErrorKind::PayloadTooLarge);
@@ -714,7 +720,7 @@ async fn answer(state: &AppState, entry: Entry, request: Request) -> Response {
         }
     };
     // The review itself holds a permit; a request whose body is still arriving does not.
-    let Ok(_permit) = state.permits.clone().try_acquire_owned() else {
+    let Ok(permit) = state.permits.clone().try_acquire_owned() else {
         state.metrics.error(ErrorKind::Overloaded);
         return json_error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -722,9 +728,12 @@ async fn answer(state: &AppState, entry: Entry, request: Request) -> Response {
         );
     };
     let config = state.config();
-    let (mut result, doubt) = {
+    let body = Arc::new(body);
+    let held = Arc::new((permit, body_budget));
+    let namespaces = state.namespaces.clone();
+    let first = off_thread(&held, &body, &config, move |body, config| {
         let doubt = std::cell::Cell::new(None::<String>);
-        let lookup = |ns: &str| match state.namespaces.lookup(ns) {
+        let lookup = |ns: &str| match namespaces.lookup(ns) {
             // The apiserver matched an opt-in label that the cache does not show (yet): find out.
             Some(info) if entry == Entry::OptedIn && !info.opted_in() => {
                 doubt.set(Some(ns.to_string()));
@@ -736,15 +745,24 @@ async fn answer(state: &AppState, entry: Entry, request: Request) -> Response {
                 NamespaceInfo::named(ns)
             }
         };
-        let result = admission::review(&body, &config, &lookup);
+        let result = admission::review(body, config, &lookup);
         (result, doubt.into_inner())
+    });
+    let Some((mut result, doubt)) = first.await else {
+        return review_failed(state);
     };
-    if let Some(name) = doubt {
+    if let Some(name) = doubt.filter(|_| depends_on_labels(&result)) {
         // The watch has not seen this namespace, or not its newest labels: ask the apiserver once rather than
         // guess "not opted in".
         match (state.namespaces.fetch(&name).await, entry) {
             (Ok(Some(info)), _) => {
-                result = admission::review(&body, &config, &|_: &str| info.clone());
+                let again = off_thread(&held, &body, &config, move |body, config| {
+                    admission::review(body, config, &|_: &str| info.clone())
+                });
+                let Some(again) = again.await else {
+                    return review_failed(state);
+                };
+                result = again;
             }
             (failed, entry) => {
                 let why = match failed {
@@ -809,10 +827,25 @@ fn review_response(
                 warnings = summary.warnings,
                 "admission review answered"
             );
+            // The answer stays in memory until the client has read it: it counts in the same budget as bodies.
+            drop(held);
+            let Ok(counted) = u32::try_from(bytes.len()).map_err(drop).and_then(|n| {
+                state
+                    .body_budget
+                    .clone()
+                    .try_acquire_many_owned(n)
+                    .map_err(drop)
+            }) else {
+                state.metrics.error(ErrorKind::Overloaded);
+                return json_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the memory budget for requests and answers is in use; retry",
+                );
+            };
             (
                 StatusCode::OK,
                 [(header::CONTENT_TYPE, "application/json")],
-                Body::from(bytes),
+                counted_body(bytes, counted),
             )
                 .into_response()
         }
@@ -822,6 +855,66 @@ fn review_response(
             json_error(StatusCode::BAD_REQUEST, &e.to_string())
         }
     }
+}
+
+/// Runs `work` on the blocking pool with the request's body and config: a review's cost grows with the Pod, and
+/// on an async worker the request's deadline could not cut it off (the 504 waits for it) nor could other requests
+/// run meanwhile. `held` (the review's permit and the body's budget) is kept until `work` ends, also when the
+/// deadline answered first, so the in-flight bound and the memory budget still count what runs. `None`: `work`
+/// panicked (a bug; the request gets a 500).
+async fn off_thread<T, H>(
+    held: &Arc<H>,
+    body: &Arc<Vec<u8>>,
+    config: &Arc<Config>,
+    work: impl FnOnce(&[u8], &Config) -> T + Send + 'static,
+) -> Option<T>
+where
+    T: Send + 'static,
+    H: Send + Sync + 'static,
+{
+    let (held, body, config) = (held.clone(), body.clone(), config.clone());
+    tokio::task::spawn_blocking(move || {
+        let _held = held;
+        work(&body, &config)
+    })
+    .await
+    .ok()
+}
+
+/// Whether a review answered with an unlabelled namespace could change with the namespace's labels: not for a
+/// namespace excluded by name, a mirror Pod, an object that is not a Pod, or a request that is not a Pod CREATE.
+/// Only then is the namespace fetched (each fetch is a GET the apiserver counts against the webhook's account).
+fn depends_on_labels(
+    result: &Result<(Vec<u8>, admission::ReviewSummary), admission::ReviewError>,
+) -> bool {
+    use crate::core::Reason;
+    match result {
+        Ok((_, summary)) => !matches!(
+            summary.reason,
+            Reason::ExcludedNamespace
+                | Reason::MirrorPod
+                | Reason::InvalidObject
+                | Reason::NotAPodCreate
+        ),
+        Err(_) => false,
+    }
+}
+
+fn review_failed(state: &AppState) -> Response {
+    state.metrics.error(ErrorKind::Internal);
+    error!("the review failed (a bug: see the panic above)");
+    json_error(StatusCode::INTERNAL_SERVER_ERROR, "the review failed")
+}
+
+/// An answer's bytes with their share of the memory budget, given back when the server is done with the body.
+fn counted_body(bytes: Vec<u8>, counted: tokio::sync::OwnedSemaphorePermit) -> Body {
+    use http_body_util::BodyExt;
+    Body::new(
+        http_body_util::Full::new(axum::body::Bytes::from(bytes)).map_frame(move |frame| {
+            let _counted = &counted;
+            frame
+        }),
+    )
 }
 
 #[cfg(test)]

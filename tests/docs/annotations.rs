@@ -165,6 +165,22 @@ fn every_denial_message_is_documented_exactly() {
         text.contains(&doubt.to_string()),
         "docs/annotations.md lacks {doubt}"
     );
+    // A Pod over the container bound: generated, since an example file would hold 129 containers.
+    let many: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "app", "annotations": {"pdp-injector.io/inject": "daemonset"}},
+        "spec": {"containers": (0..=pdp_injector::core::pipeline::MAX_CONTAINERS)
+            .map(|i| json!({"name": format!("c{i}"), "image": "x"}))
+            .collect::<Vec<_>>()}
+    }))
+    .unwrap();
+    let Outcome::Denied(too_large) = inject(&many, &NamespaceInfo::named("shop"), &config) else {
+        panic!("a Pod over the container bound is not denied");
+    };
+    assert!(
+        text.contains(&too_large.to_string()),
+        "docs/annotations.md lacks {too_large}"
+    );
+    covered.insert(too_large.reason.code());
 
     let deny_codes: BTreeSet<&str> = Reason::ALL
         .iter()

@@ -66,7 +66,7 @@ pub fn metrics_table() -> String {
             .map(|(k, values)| {
                 if k == "version" {
                     format!("`{k}`")
-                } else if values.len() > 5 {
+                } else if values.len() > 8 {
                     format!("`{k}` (a reason code)")
                 } else {
                     let values: Vec<String> = values.iter().map(|v| format!("`{v}`")).collect();
