@@ -21,6 +21,12 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_pdp-injector");
 pub const FIXTURE: &str = include_str!("../fixtures/admissionreview-v1-pod-create.json");
 pub const FIXTURE_UID: &str = "2c11f9f4-347e-4028-9bdb-2d01a3c0650c";
 
+/// The binary the tests run: this build's, or another one given in `PDP_INJECTOR_BIN` (to print the figures of
+/// an older build next to this one's: BENCHMARKS.md).
+pub fn bin() -> std::ffi::OsString {
+    std::env::var_os("PDP_INJECTOR_BIN").unwrap_or_else(|| BIN.into())
+}
+
 /// Tests in one binary that measure time or count descriptors must not overlap.
 pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -111,7 +117,7 @@ impl ServerProcess {
         let log = dir.join("serve.log");
         for attempt in 0..3 {
             let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-            let mut cmd = Command::new(BIN);
+            let mut cmd = Command::new(bin());
             cmd.arg("serve")
                 .arg("--listen")
                 .arg(addr.to_string())
