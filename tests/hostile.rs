@@ -974,7 +974,8 @@ async fn huge_pods_are_denied_within_the_deadline_and_the_memory_budget() {
     let at_limit = containers_within(7 * 1024 * 1024 - 1024);
     let mut figures = Vec::new();
     for (what, n, rounds) in [
-        ("100,000 containers", 100_000, 3),
+        ("45,000 containers", 45_000, 1),
+        ("100,000 containers", 100_000, 2),
         ("the 7 MiB body limit", at_limit, 2),
     ] {
         let body = review_with_containers(what, n);
@@ -990,38 +991,41 @@ async fn huge_pods_are_denied_within_the_deadline_and_the_memory_budget() {
             )
             .await;
             let took = started.elapsed();
-            let (status, bytes) = answer.unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert_eq!(
-                status,
-                StatusCode::OK,
-                "{what}: {}",
-                String::from_utf8_lossy(&bytes)
-            );
-            let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-            assert_eq!(v["response"]["allowed"], false, "{what}");
-            assert_eq!(
-                v["response"]["auditAnnotations"]["reason"], "pod_too_large",
-                "{what}"
-            );
-            figures.push((what, n, body.len(), took, bytes.len()));
+            let (outcome, size) = match answer {
+                Ok((status, bytes)) => {
+                    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+                    let r = &v["response"];
+                    let reason = r["auditAnnotations"]["reason"].as_str().unwrap_or("-");
+                    (
+                        format!("HTTP {} allowed={} {reason}", status.as_u16(), r["allowed"]),
+                        bytes.len(),
+                    )
+                }
+                Err(e) => (e, 0),
+            };
+            figures.push((what, n, body.len(), took, outcome, size));
         }
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop.store(true, Ordering::SeqCst);
     let peak = peak.await.unwrap();
     let (mut latencies, errors) = normal.await.unwrap();
-    for (what, n, size, took, answer) in &figures {
+    for (what, n, size, took, outcome, answer) in &figures {
         eprintln!(
-            "huge Pods: {what}: {n} containers, {} KiB: denied in {took:.2?}, answer {answer} bytes",
+            "huge Pods: {what}: {n} containers, {} KiB: {outcome} in {took:.2?}, answer {answer} bytes",
             size / 1024
         );
     }
     eprintln!("huge Pods: server peak RSS {peak} KiB (budget {budget_kib} KiB)");
-    // The deadline is 10 s; a denial costs a parse.
+    for (what, _, _, _, outcome, _) in &figures {
+        assert_eq!(outcome, "HTTP 200 allowed=false pod_too_large", "{what}");
+    }
+    // Within the 10 s deadline by far: a denial costs a parse (looser in unoptimised builds).
+    let bound = Duration::from_secs(if cfg!(debug_assertions) { 8 } else { 2 });
     let slowest = figures.iter().map(|f| f.3).max().unwrap();
     assert!(
-        slowest < Duration::from_secs(5),
-        "a huge Pod took {slowest:?}"
+        slowest < bound,
+        "a huge Pod took {slowest:?} (bound {bound:?})"
     );
     assert!(
         peak < budget_kib,
@@ -1107,7 +1111,8 @@ fn echo_instances(paths: Vec<std::path::PathBuf>) -> tokio::sync::oneshot::Sende
     stop
 }
 
-/// One check through the front on a new connection: a line out, the same line back, within 1 s.
+/// One check through the front on a new connection: a line out, the same line back, within 3 s (the bound the
+/// issue measured the unbounded front against: 3 of 3 checks timed out).
 async fn front_check<S>(
     connect: impl Future<Output = std::io::Result<S>>,
     text: &str,
@@ -1136,9 +1141,9 @@ where
             Err(format!("answer {line:?}"))
         }
     };
-    tokio::time::timeout(Duration::from_secs(1), exchange)
+    tokio::time::timeout(Duration::from_secs(3), exchange)
         .await
-        .map_err(|_| "no answer within 1 s".to_string())?
+        .map_err(|_| "no answer within 3 s".to_string())?
 }
 
 /// Issue 25, 2: one client holds 5,000 idle TCP connections (from 127.0.0.2) and 5,000 idle socket connections
@@ -1292,12 +1297,14 @@ async fn idle_connections_to_the_front_leave_every_check_answered() {
     eprintln!(
         "front: 5,000 + 5,000 idle connections opened in {opened:.1?} ({connect_errors} connect errors); after 5 s \
          the front still holds {tcp_open} TCP and {unix_open} socket ones of them; normal client: {} TCP checks \
-         p99 {:?}, {} socket checks p99 {:?}, {} failures {:?}; front RSS {rss_idle} KiB idle, peak {peak} KiB \
-         (budget {budget_kib} KiB)",
+         p99 {:?} max {:?}, {} socket checks p99 {:?} max {:?}, {} failures {:?}; front RSS {rss_idle} KiB idle, \
+         peak {peak} KiB (budget {budget_kib} KiB)",
         tcp.len(),
         percentile(&tcp, 99.0),
+        tcp.last().copied().unwrap_or_default(),
         unix.len(),
         percentile(&unix, 99.0),
+        unix.last().copied().unwrap_or_default(),
         failures.len(),
         failures.iter().take(5).collect::<Vec<_>>()
     );
