@@ -21,10 +21,10 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_pdp-injector");
 pub const FIXTURE: &str = include_str!("../fixtures/admissionreview-v1-pod-create.json");
 pub const FIXTURE_UID: &str = "2c11f9f4-347e-4028-9bdb-2d01a3c0650c";
 
-/// The binary the tests run: this build's, or another one given in `PDP_INJECTOR_BIN` (to print the figures of
+/// The binary the tests run: this build's, or another one given in `HOSTILE_BIN` (to print the figures of
 /// an older build next to this one's: BENCHMARKS.md).
 pub fn bin() -> std::ffi::OsString {
-    std::env::var_os("PDP_INJECTOR_BIN").unwrap_or_else(|| BIN.into())
+    std::env::var_os("HOSTILE_BIN").unwrap_or_else(|| BIN.into())
 }
 
 /// Tests in one binary that measure time or count descriptors must not overlap.
