@@ -1413,7 +1413,6 @@ async fn random_namespaces_cost_at_most_the_fetch_rate() {
     let mut flood = tokio::task::JoinSet::new();
     for c in 0..8u64 {
         let client = client.clone();
-        let review = review.clone();
         flood.spawn(async move {
             let mut sender = connect(addr, &client).await.unwrap();
             let mut answers = std::collections::BTreeMap::<String, usize>::new();
