@@ -18,6 +18,7 @@ use tokio::net::TcpStream;
 mod common {
     include!("common/process.rs");
     include!("common/tls_client.rs");
+    include!("common/lines.rs");
 }
 use common::*;
 
@@ -794,29 +795,10 @@ async fn slow_bodies_do_not_exhaust_the_review_permits() {
 #[ignore = "long: run by scripts/hostile.sh"]
 async fn flood_of_large_slow_bodies_stays_within_the_memory_budget() {
     let _serial = serial().await;
-    let server = ServerProcess::start("flood", &[]).await;
+    let (server, stop, sampler, normal) = watched_server("flood").await;
     let (addr, client) = (server.addr, server.client());
-    let probe = ServerProbe(server.pid());
-    let rss_start = probe.rss_kib();
+    let rss_start = ServerProbe(server.pid()).rss_kib();
     let limit_kib: u64 = 128 * 1024 * 3 / 4;
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let peak = Arc::new(std::sync::atomic::AtomicU64::new(rss_start));
-    let sampler = {
-        let (stop, peak) = (stop.clone(), peak.clone());
-        tokio::spawn(async move {
-            while !stop.load(Ordering::SeqCst) {
-                peak.fetch_max(probe.rss_kib(), Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-    };
-    let normal = tokio::spawn(normal_client(
-        addr,
-        client.clone(),
-        Duration::from_millis(100),
-        stop.clone(),
-    ));
 
     // 1,000 keep-alive connections that made one request and stay idle until the end.
     let mut idle = Vec::with_capacity(1000);
@@ -882,9 +864,8 @@ async fn flood_of_large_slow_bodies_stays_within_the_memory_budget() {
     }
     let flood_time = started.elapsed();
     stop.store(true, Ordering::SeqCst);
-    sampler.await.unwrap();
+    let peak = sampler.await.unwrap();
     let (mut latencies, errors) = normal.await.unwrap();
-    let peak = peak.load(Ordering::SeqCst);
     eprintln!(
         "flood: 200 x {} KiB slow reviews + 1,000 idle connections in {flood_time:.1?}: answers {outcomes:?}; \
          server RSS {rss_start} KiB at start, {rss_idle} KiB with the idle connections, peak {peak} KiB \
@@ -932,6 +913,31 @@ fn peak_rss(pid: u32, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
     })
 }
 
+/// The normal client's answers and errors.
+type NormalClient = tokio::task::JoinHandle<(Vec<Duration>, Vec<String>)>;
+
+/// `serve` with default flags, watched until `stop`: its peak resident memory (KiB) and a normal client
+/// reviewing every 100 ms.
+async fn watched_server(
+    name: &str,
+) -> (
+    ServerProcess,
+    Arc<AtomicBool>,
+    tokio::task::JoinHandle<u64>,
+    NormalClient,
+) {
+    let server = ServerProcess::start(name, &[]).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let peak = peak_rss(server.pid(), stop.clone());
+    let normal = tokio::spawn(normal_client(
+        server.addr,
+        server.client(),
+        Duration::from_millis(100),
+        stop.clone(),
+    ));
+    (server, stop, peak, normal)
+}
+
 /// A review of a Pod that opts in with `containers` app containers (`{"name":"cN","image":"x"}`, 26 bytes or so
 /// each), and its size.
 fn review_with_containers(uid: &str, containers: usize) -> Vec<u8> {
@@ -959,17 +965,9 @@ fn containers_within(bytes: usize) -> usize {
 #[ignore = "long: run by scripts/hostile.sh"]
 async fn huge_pods_are_denied_within_the_deadline_and_the_memory_budget() {
     let _serial = serial().await;
-    let server = ServerProcess::start("huge", &[]).await;
+    let (server, stop, peak, normal) = watched_server("huge").await;
     let (addr, client) = (server.addr, server.client());
     let budget_kib: u64 = 96 * 1024;
-    let stop = Arc::new(AtomicBool::new(false));
-    let peak = peak_rss(server.pid(), stop.clone());
-    let normal = tokio::spawn(normal_client(
-        addr,
-        client.clone(),
-        Duration::from_millis(100),
-        stop.clone(),
-    ));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let at_limit = containers_within(7 * 1024 * 1024 - 1024);
     let mut figures = Vec::new();
@@ -1120,30 +1118,19 @@ async fn front_check<S>(
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    use tokio::io::AsyncBufReadExt;
     let started = Instant::now();
-    let exchange = async {
-        let stream = connect.await.map_err(|e| format!("connect: {e}"))?;
-        let mut stream = tokio::io::BufReader::new(stream);
-        stream
-            .get_mut()
-            .write_all(format!("{text}\n").as_bytes())
-            .await
-            .map_err(|e| format!("write: {e}"))?;
-        let mut line = String::new();
-        stream
-            .read_line(&mut line)
-            .await
-            .map_err(|e| format!("read: {e}"))?;
-        if line.trim_end() == text {
-            Ok(started.elapsed())
-        } else {
-            Err(format!("answer {line:?}"))
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(3), exchange)
+    let limit = Duration::from_secs(3);
+    let stream = tokio::time::timeout(limit, connect)
         .await
-        .map_err(|_| "no answer within 3 s".to_string())?
+        .map_err(|_| "no connection within 3 s".to_string())?
+        .map_err(|e| format!("connect: {e}"))?;
+    let mut stream = tokio::io::BufReader::new(stream);
+    let answer = ask_line(&mut stream, text, limit.saturating_sub(started.elapsed())).await?;
+    if answer == text {
+        Ok(started.elapsed())
+    } else {
+        Err(format!("answer {answer:?}"))
+    }
 }
 
 /// Issue 25, 2: one client holds 5,000 idle TCP connections (from 127.0.0.2) and 5,000 idle socket connections

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 
 include!("common/tls_client.rs");
 include!("common/skip.rs");
+include!("common/lines.rs");
 
 /// A directory removed at the end of the test.
 struct TempDir(PathBuf);
@@ -110,25 +111,19 @@ async fn ask_on<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut BufReader<S>,
     text: &str,
 ) -> Result<String, String> {
-    let exchange = async {
-        stream
-            .get_mut()
-            .write_all(format!("{text}\n").as_bytes())
-            .await
-            .map_err(|e| format!("write: {e}"))?;
-        let mut line = String::new();
-        let n = stream
-            .read_line(&mut line)
-            .await
-            .map_err(|e| format!("read: {e}"))?;
-        if n == 0 {
-            return Err("closed without a reply".to_string());
-        }
-        Ok(line.trim_end().to_string())
-    };
-    tokio::time::timeout(Duration::from_secs(10), exchange)
-        .await
-        .map_err(|_| "no reply in 10 s".to_string())?
+    ask_line(stream, text, Duration::from_secs(10)).await
+}
+
+/// Asserts that the front closes `stream` within 5 s.
+async fn assert_closed_soon<S: AsyncRead + Unpin>(stream: &mut S) {
+    let mut buf = [0u8; 1];
+    let closed = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read(stream, &mut buf),
+    )
+    .await
+    .expect("still open after 5 s");
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
 }
 
 async fn tcp(front: &proxy::Running) -> Result<BufReader<TcpStream>, String> {
@@ -1007,14 +1002,7 @@ async fn at_its_bound_an_endpoint_gives_the_quietest_place_and_refuses_when_all_
             "round {round}"
         );
     }
-    let mut buf = [0u8; 1];
-    let closed = tokio::time::timeout(
-        Duration::from_secs(5),
-        tokio::io::AsyncReadExt::read(&mut tcp_first, &mut buf),
-    )
-    .await
-    .unwrap();
-    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+    assert_closed_soon(&mut tcp_first).await;
     assert!(front.stats().taken >= 2, "{:?}", front.stats());
     // A connection in the middle of an exchange (a request sent, no answer yet) keeps its place: the next is
     // closed at accept.
@@ -1055,14 +1043,7 @@ async fn one_client_address_gets_its_own_bound_and_idle_connections_are_closed()
     assert_eq!(front.stats().refused_peer, 1);
     // Both held connections stay quiet past the idle timeout: closed, and their address is served again.
     for c in &mut held {
-        let mut buf = [0u8; 1];
-        let closed = tokio::time::timeout(
-            Duration::from_secs(5),
-            tokio::io::AsyncReadExt::read(c, &mut buf),
-        )
-        .await
-        .unwrap();
-        assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+        assert_closed_soon(c).await;
     }
     tls_support::until(&front, |s| s.idle_closed == 2).await;
     assert_eq!(ask_tcp(&front, "4").await, Ok("a:4".into()));
@@ -1082,20 +1063,10 @@ async fn a_stalled_handshake_gives_its_place_at_the_bound_and_is_cut_off_anyway(
     f.no_socket = true;
     f.tls_handshake_timeout = Duration::from_millis(300);
     let front = proxy::start(f).await.unwrap();
-    let closed_within_5s = |mut stream: TcpStream| async move {
-        let mut buf = [0u8; 1];
-        let closed = tokio::time::timeout(
-            Duration::from_secs(5),
-            tokio::io::AsyncReadExt::read(&mut stream, &mut buf),
-        )
-        .await
-        .unwrap();
-        assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
-    };
     // Connects and says nothing: alone, it is cut off at the handshake bound.
-    let silent = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
+    let mut silent = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
     let started = Instant::now();
-    closed_within_5s(silent).await;
+    assert_closed_soon(&mut silent).await;
     assert!(
         started.elapsed() >= Duration::from_millis(250),
         "{:?}",
@@ -1103,7 +1074,7 @@ async fn a_stalled_handshake_gives_its_place_at_the_bound_and_is_cut_off_anyway(
     );
     until(&front, |s| s.tls_failed == 1).await;
     // Another silent one holds the only place; a real client takes it at once.
-    let silent = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
+    let mut silent = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let started = Instant::now();
     assert_eq!(
@@ -1117,7 +1088,7 @@ async fn a_stalled_handshake_gives_its_place_at_the_bound_and_is_cut_off_anyway(
         "{:?}",
         started.elapsed()
     );
-    closed_within_5s(silent).await;
+    assert_closed_soon(&mut silent).await;
     assert_eq!(front.stats().taken, 1);
     front.shutdown().await;
 }

@@ -26,8 +26,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, watch};
 
-const KIB: u64 = 1024;
-const MIB: u64 = 1024 * KIB;
+use crate::webhook::limits::{KIB, MIB};
 
 /// Resident size of an idle front (runtime, listeners, TLS configuration), measured (tests/hostile.rs prints it).
 pub const BASE: u64 = 8 * MIB;

@@ -21,8 +21,9 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-const KIB: u64 = 1024;
-const MIB: u64 = 1024 * KIB;
+/// Sizes in bytes (the front's budget uses them too).
+pub(crate) const KIB: u64 = 1024;
+pub(crate) const MIB: u64 = 1024 * KIB;
 
 /// The default budget: 75% of the Deployment's 128 MiB memory limit, the rest being headroom for the allocator
 /// and the kernel's accounting.
