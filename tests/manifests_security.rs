@@ -1092,3 +1092,56 @@ fn every_overlay_grants_only_the_pinned_rbac() {
         "pinned but granted by no overlay: {stale:?}"
     );
 }
+
+/// The front's connection bounds, derived from its memory budget at 75% of its container's limit, fit in the PDP
+/// DaemonSet's limit: every connection the front serves is one to Cerbos (about 64 KiB each), on top of Cerbos's
+/// own request (its idle size). Raising one without the others is an OOM kill waiting for a busy node.
+#[test]
+fn the_pdp_daemonsets_limit_holds_every_connection_the_front_may_serve() {
+    use pdp_injector::node::slots::FrontBounds;
+    use pdp_injector::webhook::limits::parse_size;
+    let container = |path: &str, name: &str| {
+        docs(path)
+            .into_iter()
+            .find(|d| d["kind"] == "DaemonSet")
+            .and_then(|d| {
+                d["spec"]["template"]["spec"]["containers"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["name"] == name)
+                    .cloned()
+            })
+            .unwrap_or_else(|| panic!("{path}: no container {name}"))
+    };
+    let size =
+        |c: &Value, at: &str| parse_size(c["resources"][at]["memory"].as_str().unwrap()).unwrap();
+    let front = container("manifests/components/pdp-daemonset/front.yaml", "front");
+    let cerbos = container(
+        "manifests/components/pdp-daemonset/daemonset.yaml",
+        "cerbos",
+    );
+    let args: Vec<&str> = front["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let budget = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--memory-budget="))
+        .map_or(pdp_injector::node::slots::DEFAULT_MEMORY_BUDGET, |b| {
+            parse_size(b).unwrap()
+        });
+    assert!(
+        budget <= size(&front, "limits") * 3 / 4,
+        "the front's budget {budget} is more than 75% of its limit"
+    );
+    let bounds = FrontBounds::derive(budget, Some((false, None)), Some(None), 128).unwrap();
+    let connections = u64::from(bounds.tcp) + u64::from(bounds.socket);
+    let needed = size(&cerbos, "requests") + connections * 64 * 1024;
+    assert!(
+        needed <= size(&cerbos, "limits"),
+        "Cerbos's limit {} does not hold its request plus {connections} connections x 64 KiB ({needed})",
+        size(&cerbos, "limits")
+    );
+}
