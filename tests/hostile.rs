@@ -1250,13 +1250,16 @@ async fn idle_connections_to_the_front_leave_every_check_answered() {
                 for _ in 0..5_000 {
                     let s = tokio::net::TcpSocket::new_v4().unwrap();
                     s.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-                    match s.connect(addr).await {
-                        Ok(c) => tcp.push(c),
-                        Err(_) => errors += 1,
+                    // Bounded: a front that stops accepting leaves connects hanging in SYN retries.
+                    let bound = Duration::from_secs(1);
+                    match tokio::time::timeout(bound, s.connect(addr)).await {
+                        Ok(Ok(c)) => tcp.push(c),
+                        _ => errors += 1,
                     }
-                    match tokio::net::UnixStream::connect(&socket).await {
-                        Ok(c) => unix.push(c),
-                        Err(_) => errors += 1,
+                    let unix_connect = tokio::net::UnixStream::connect(&socket);
+                    match tokio::time::timeout(bound, unix_connect).await {
+                        Ok(Ok(c)) => unix.push(c),
+                        _ => errors += 1,
                     }
                 }
                 let opened = started.elapsed();
