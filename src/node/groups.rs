@@ -4,7 +4,8 @@
 //!
 //! A group is the existing listener pair of [`super::proxy`] (TCP addresses to one instance-socket suffix, a
 //! stable socket to another), started with [`super::proxy::start`] exactly as the front's own flags are: so
-//! each group has its own connection bound (`--max-connections`), drain and counters, and what differs between
+//! each group has its own connection bounds (an equal share of the process's `--memory-budget`, see
+//! [`start_all`]), drain and counters, and what differs between
 //! groups is only where they listen and where they forward. The rest (waits, timeouts, drain, rebalancing,
 //! stats) is the process's flags; TLS stays with the front's own TCP addresses (a group's TCP path is
 //! plaintext, said at the start of each group that has one).
@@ -162,9 +163,15 @@ impl Group {
 
 /// Starts every listener pair, in order; if one cannot start, those already started are drained and stopped
 /// and its error is returned (a front never runs with a part of its endpoints).
+///
+/// One process has one memory budget: each listener pair gets an equal share of what connections may use
+/// (`--memory-budget` less the process's own base), so N groups never hold more than the container's limit.
 pub async fn start_all(all: Vec<NodeProxyFlags>) -> Result<Vec<Running>, NodeProxyError> {
     let mut running = Vec::with_capacity(all.len());
-    for flags in all {
+    let groups = all.len().max(1) as u64;
+    for mut flags in all {
+        let base = crate::node::slots::BASE;
+        flags.memory_budget = base + flags.memory_budget.saturating_sub(base) / groups;
         match proxy::start(flags).await {
             Ok(r) => running.push(r),
             Err(e) => {
@@ -210,7 +217,7 @@ mod tests {
         assert_eq!(flags.instances, PathBuf::from("/var/run/flagd-instances"));
         // Inherited from the process: everything but the endpoints.
         assert_eq!(flags.wait, process.wait);
-        assert_eq!(flags.max_connections, process.max_connections);
+        assert_eq!(flags.memory_budget, process.memory_budget);
         assert_eq!(flags.socket_mode, process.socket_mode);
     }
 
