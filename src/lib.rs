@@ -23,5 +23,6 @@ pub mod duration;
 pub mod names;
 pub mod node;
 pub mod offline;
+pub mod size;
 pub mod tls;
 pub mod webhook;

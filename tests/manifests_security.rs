@@ -1099,7 +1099,7 @@ fn every_overlay_grants_only_the_pinned_rbac() {
 #[test]
 fn the_pdp_daemonsets_limit_holds_every_connection_the_front_may_serve() {
     use pdp_injector::node::slots::FrontBounds;
-    use pdp_injector::webhook::limits::parse_size;
+    use pdp_injector::size::parse_size;
     let container = |path: &str, name: &str| {
         docs(path)
             .into_iter()

@@ -117,23 +117,9 @@ pub fn inject_view(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Ou
     wire(pod, plan, config)
 }
 
-/// The size of `patch` as JSON, counted without building it.
+/// The size of `patch` as JSON (bounded: only asked of a patch within [`MAX_PATCH_OPS`]).
 fn patch_bytes(patch: &Patch) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    match serde_json::to_writer(&mut count, patch) {
-        Ok(()) => count.0,
-        Err(_) => usize::MAX,
-    }
+    serde_json::to_string(patch).map_or(usize::MAX, |json| json.len())
 }
 
 /// Renders a plan that [`decide`] made for `pod`, then each further profile the Pod lists.

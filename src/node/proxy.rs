@@ -103,7 +103,7 @@ pub struct NodeProxyFlags {
     /// What the front may use (Kubernetes quantity: 48Mi): its connection bounds are derived from it
     /// (docs/deployment-models.md, "Bounds"). Keep it at about 75% of the container's memory limit.
     #[arg(long, env = "PDP_NODE_PROXY_MEMORY_BUDGET", default_value = "48Mi",
-          value_parser = crate::webhook::limits::parse_size)]
+          value_parser = crate::size::parse_size)]
     pub memory_budget: u64,
     /// TCP client connections served at once (default: derived from --memory-budget); at the bound, a new one takes
     /// the place of the connection quiet the longest, or is closed at accept when every one is busy.

@@ -21,9 +21,7 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Sizes in bytes (the front's budget uses them too).
-pub(crate) const KIB: u64 = 1024;
-pub(crate) const MIB: u64 = 1024 * KIB;
+use crate::size::{KIB, MIB};
 
 /// The default budget: 75% of the Deployment's 128 MiB memory limit, the rest being headroom for the allocator
 /// and the kernel's accounting.
@@ -84,35 +82,6 @@ impl MemoryBounds {
             h2_header_list: 16 * 1024,
         })
     }
-}
-
-/// Parses a size as Kubernetes writes quantities (`96Mi`, `1Gi`, `500M`, `1048576`).
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size (for example 96Mi)"))?;
-    let factor: u64 = match unit {
-        "" => 1,
-        "Ki" => KIB,
-        "Mi" => MIB,
-        "Gi" => 1024 * MIB,
-        "k" => 1000,
-        "M" => 1_000_000,
-        "G" => 1_000_000_000,
-        _ => {
-            return Err(format!(
-                "{text:?}: unknown unit {unit:?} (use Ki, Mi, Gi, k, M or G)"
-            ));
-        }
-    };
-    value
-        .checked_mul(factor)
-        .ok_or_else(|| format!("{text:?} is too large"))
 }
 
 /// An acceptor that holds one permit per open connection and closes, before the TLS handshake, a connection
@@ -231,16 +200,5 @@ mod tests {
         // One largest body always fits, even when a sixth of the budget is less.
         let b = MemoryBounds::from_budget(40 * MIB, 7 * 1024 * 1024).unwrap();
         assert_eq!(b.body_bytes, 7 * 1024 * 1024);
-    }
-
-    #[test]
-    fn sizes_parse_like_quantities() {
-        assert_eq!(parse_size("96Mi"), Ok(96 * MIB));
-        assert_eq!(parse_size("1Gi"), Ok(1024 * MIB));
-        assert_eq!(parse_size("500M"), Ok(500_000_000));
-        assert_eq!(parse_size("1048576"), Ok(MIB));
-        assert!(parse_size("96MB").is_err());
-        assert!(parse_size("lots").is_err());
-        assert!(parse_size("99999999999999999999Gi").is_err());
     }
 }

@@ -57,7 +57,7 @@ pub struct ServeFlags {
     /// What the webhook may use (Kubernetes quantity: 96Mi): open connections, request bodies held at once and
     /// per-connection buffers are all derived from it (SECURITY.md, "Memory budget"). Keep it at about 75% of
     /// the container's memory limit.
-    #[arg(long, env = "PDP_INJECTOR_MEMORY_BUDGET", default_value = "96Mi", value_parser = limits::parse_size)]
+    #[arg(long, env = "PDP_INJECTOR_MEMORY_BUDGET", default_value = "96Mi", value_parser = crate::size::parse_size)]
     pub memory_budget: u64,
     /// Upper bound on one request (the apiserver's ?timeout= lowers it).
     #[arg(long, env = "PDP_INJECTOR_REQUEST_TIMEOUT", default_value = "10s", value_parser = duration_flag)]
