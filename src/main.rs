@@ -43,7 +43,7 @@ enum Command {
     /// Exit status: 0 nothing needs action, 1 something needs action, 2 the check could not run.
     Check(CheckArgs),
     /// Node-local front: serve the node's PDP port and socket, forward to the newest ready PDP instance.
-    NodeProxy(NodeProxyArgs),
+    NodeProxy(Box<NodeProxyArgs>),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -542,7 +542,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => run_serve(*args),
         Command::Inject(args) => run_inject(args),
         Command::Certs(args) => run_certs(args),
-        Command::NodeProxy(args) => run_node_proxy(args),
+        Command::NodeProxy(args) => run_node_proxy(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
