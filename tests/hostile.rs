@@ -1322,6 +1322,7 @@ impl pdp_injector::cluster::NamespaceSource for CountingApiserver {
             name: name.into(),
             injection: Some("daemonset".into()),
             pss_enforce: Some("privileged".into()),
+            required: false,
         })
     }
     fn synced(&self) -> bool {

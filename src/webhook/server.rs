@@ -789,6 +789,8 @@ async fn answer(state: &AppState, entry: Entry, request: Request) -> Response {
             }
         }
     }
+    // The review is over: its permit and its body's budget go back (the answer counts on its own below).
+    drop(held);
     review_response(state, result)
 }
 
@@ -828,7 +830,6 @@ fn review_response(
                 "admission review answered"
             );
             // The answer stays in memory until the client has read it: it counts in the same budget as bodies.
-            drop(held);
             let Ok(counted) = u32::try_from(bytes.len()).map_err(drop).and_then(|n| {
                 state
                     .body_budget
