@@ -14,8 +14,7 @@ HERE=scripts/node
 export PYTHONDONTWRITEBYTECODE=1
 CACHE_DIR=${E2E_CACHE_DIR:-/var/cache/pdp-injector-e2e}
 CERBOS_NPM_VERSION=0.51.0 # the version scripts/docs-snippets.sh runs
-NODE_PKGS="containerd runc containernetworking-plugins busybox-static iptables conntrack golang-go
-golang-golang-x-net-dev golang-golang-x-text-dev"
+NODE_PKGS=$(grep -v '^#' "$HERE/packages.txt" | tr '\n' ' ')
 
 log() { printf '[node] %s\n' "$*" >&2; }
 
