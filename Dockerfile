@@ -6,6 +6,7 @@ FROM docker.io/library/rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY crates ./crates
 COPY benches ./benches
 COPY bench ./bench
 RUN cargo build --release --locked --bin pdp-injector

@@ -2,9 +2,9 @@
 //! render, diff, encode the response. Run: `cargo bench --bench core`.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use pdp_injector::admission::review;
-use pdp_injector::config::Config;
-use pdp_injector::core::NamespaceInfo;
+use pdp_core::admission::review;
+use pdp_core::config::Config;
+use pdp_core::core::NamespaceInfo;
 
 #[path = "reviews.rs"]
 mod reviews;

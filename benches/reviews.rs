@@ -145,10 +145,10 @@ pub fn body(target: usize, class: Class) -> Vec<u8> {
     if class == Class::AlreadyInjected {
         pod["metadata"]["annotations"]["pdp-injector.io/inject"] = json!("daemonset");
         let typed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod.clone()).unwrap();
-        let config = pdp_injector::config::Config::builtin();
-        let ns = pdp_injector::core::NamespaceInfo::named("payments");
-        if let pdp_injector::core::Outcome::Injected(done) =
-            pdp_injector::core::inject(&typed, &ns, &config)
+        let config = pdp_core::config::Config::builtin();
+        let ns = pdp_core::core::NamespaceInfo::named("payments");
+        if let pdp_core::core::Outcome::Injected(done) =
+            pdp_core::core::inject(&typed, &ns, &config)
         {
             json_patch::patch(&mut pod, &done.patch).unwrap();
         }

@@ -1,28 +1,22 @@
 //! pdp-injector: a Kubernetes mutating admission webhook that wires Pods to a policy decision point, as a native
 //! sidecar or through the node-local PDP of a DaemonSet.
 //!
-//! Layers, each using only those above it (docs/architecture.md):
-//! - [`names`]: the names of the contract (annotations, labels, volumes);
-//! - [`duration`]: the duration syntax of the flags and of `?timeout=`;
-//! - [`config`]: the admin's configuration, its built-ins and validation;
-//! - [`core`]: decide, render, patch; pure and synchronous ([`core::inject`]);
-//! - [`admission`]: AdmissionReview bytes in, bytes out, around the core;
-//! - [`tls`]: certificates and the rustls serving configuration;
+//! Two crates (docs/architecture.md). The pure core, `pdp-core`, holds the names, the config, the decision and
+//! the patch, admission bytes in and out, the offline transformation, check's judging and the front's routing; it
+//! is re-exported here under the same names ([`names`], [`duration`], [`size`], [`config`], [`core`],
+//! [`admission`], [`offline`]). This crate adds the I/O, each layer using only those above it:
+//! - [`tls`]: the rustls serving configuration, its reload, certificate files;
 //! - [`cluster`]: what is kept in step with the cluster (namespaces, self-managed certificates);
 //! - [`webhook`]: the HTTPS server;
-//! - [`offline`]: the `inject` command;
-//! - [`check`]: the `check` command (reads the cluster, judges Pods with the core).
-//! - [`node`]: the node-local front (`node-proxy`) before the node's PDP instances.
+//! - [`check`]: the `check` command's reads of the cluster (its judging is the core's);
+//! - [`node`]: the node-local front (`node-proxy`) before the node's PDP instances;
+//! - [`cli`]: the command line, each subcommand wiring the layers above (`main.rs` only calls it).
 
-pub mod admission;
+pub use pdp_core::{admission, config, core, duration, names, offline, size};
+
 pub mod check;
+pub mod cli;
 pub mod cluster;
-pub mod config;
-pub mod core;
-pub mod duration;
-pub mod names;
 pub mod node;
-pub mod offline;
-pub mod size;
 pub mod tls;
 pub mod webhook;

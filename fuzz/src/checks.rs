@@ -7,10 +7,10 @@
 use std::sync::OnceLock;
 
 use base64::Engine;
-use pdp_injector::admission;
-use pdp_injector::config::{Config, PROFILE_VOLUME_KINDS, restricted_violations};
-use pdp_injector::core::NamespaceInfo;
-use pdp_injector::offline;
+use pdp_core::admission;
+use pdp_core::config::{Config, PROFILE_VOLUME_KINDS, restricted_violations};
+use pdp_core::core::NamespaceInfo;
+use pdp_core::offline;
 use serde_json::{Value, json};
 
 /// The namespaces every review is answered in: unlabelled (only annotations opt in), labelled for sidecars in a

@@ -112,7 +112,7 @@ pub enum SelfCertError {
     Api(#[from] kube::Error),
     /// Generation failed.
     #[error(transparent)]
-    Generate(#[from] certs::CertError),
+    Generate(#[from] certs::GenerateError),
     /// Other replicas kept winning the race for too long.
     #[error("gave up after {0} conflicting updates of {1}")]
     Contention(usize, String),
@@ -318,11 +318,10 @@ pub fn assess(secret: &Secret, settings: &Settings, now: i64) -> Assessment {
 
 /// A serving certificate signed by an existing CA.
 fn sign_with(ca_cert: &str, ca_key: &str, settings: &Settings) -> Result<Bundle, SelfCertError> {
-    let key = rcgen::KeyPair::from_pem(ca_key).map_err(certs::CertError::Generate)?;
+    let key = rcgen::KeyPair::from_pem(ca_key)?;
     // ca.crt lists the current CA first, then retired ones: sign with the current one.
     let current = split_pem(ca_cert).into_iter().next().unwrap_or_default();
-    let issuer =
-        rcgen::Issuer::from_ca_cert_pem(&current, key).map_err(certs::CertError::Generate)?;
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&current, key)?;
     let fresh = certs::generate_with_issuer(&settings.sans(), settings.cert_days, &issuer)?;
     Ok(Bundle {
         ca_cert_pem: ca_cert.to_string(),

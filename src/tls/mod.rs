@@ -50,7 +50,7 @@ pub enum TlsError {
 /// The one crypto provider of the process. Installing it explicitly keeps rustls from guessing when two are
 /// compiled in (kube's client and the server share this one).
 pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    pdp_core::pki::provider()
 }
 
 /// Installs [`provider`] as the process default; harmless when already installed (tests call it repeatedly).

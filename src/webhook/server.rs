@@ -20,7 +20,7 @@ use tracing::{Instrument, Span, error, info, info_span, warn};
 
 use crate::admission;
 use crate::cluster::namespaces::NamespaceSource;
-use crate::config::{Config, ConfigError};
+use crate::config::{ClusterFit, Config, ConfigError};
 use crate::core::{Denial, NamespaceInfo};
 use crate::duration::{duration_flag, parse_duration};
 use crate::tls::{self, TlsError, TlsFiles, TlsMaterial};
@@ -108,38 +108,6 @@ pub struct ServeOptions {
     pub fit: ClusterFit,
     /// Counted by the background tasks against the cluster (certificates, namespaces); rendered in /metrics.
     pub cluster_counters: crate::cluster::ClusterCounters,
-}
-
-/// Facts about the cluster that adapt every config, the first and each reloaded one.
-#[derive(Debug, Clone)]
-pub struct ClusterFit {
-    /// False on apiservers older than 1.29: every profile's sidecar is rendered as a classic container.
-    pub native_sidecars: bool,
-    /// The namespace the webhook runs in: never injected, whatever the config file says.
-    pub own_namespace: Option<String>,
-}
-
-impl Default for ClusterFit {
-    fn default() -> Self {
-        ClusterFit {
-            native_sidecars: true,
-            own_namespace: None,
-        }
-    }
-}
-
-impl ClusterFit {
-    /// The config as the webhook uses it in this cluster (`check` judges Pods by the same).
-    pub fn apply(&self, mut config: Config) -> Config {
-        if let Some(ns) = &self.own_namespace {
-            config.excluded_namespaces.insert(ns.clone());
-        }
-        if self.native_sidecars {
-            config
-        } else {
-            config.with_classic_sidecars()
-        }
-    }
 }
 
 impl ServeOptions {

@@ -224,7 +224,7 @@ fn check_codes_are_documented() {
             drift.code()
         );
     }
-    let src = read("src/check/analyse.rs");
+    let src = read("crates/pdp-core/src/check/analyse.rs");
     for (at, _) in src.match_indices("Finding::new(") {
         // The code is the second argument: skip calls whose code is computed (the Pod drifts, checked above).
         let args: Vec<&str> = src[at + "Finding::new(".len()..].splitn(3, ',').collect();

@@ -28,7 +28,13 @@ fn sources() -> BTreeMap<String, String> {
         }
     }
     let mut out = BTreeMap::new();
-    for d in ["src", "tests", "tools/pdp-await/src", "fuzz/src"] {
+    for d in [
+        "src",
+        "crates/pdp-core/src",
+        "tests",
+        "tools/pdp-await/src",
+        "fuzz/src",
+    ] {
         walk(&root().join(d), &mut out);
     }
     out
@@ -156,7 +162,7 @@ fn every_threat_row_cites_tests_that_exist_and_run_in_ci() {
 #[test]
 fn references_are_read_from_a_cell() {
     let refs = references(
-        "`tests/a.rs::one`, `::two` [long], `src/config/` unit tests `three_four_five`, fuzz target `review`",
+        "`tests/a.rs::one`, `::two` [long], `crates/pdp-core/src/config/` unit tests `three_four_five`, fuzz target `review`",
     );
     assert_eq!(
         refs,

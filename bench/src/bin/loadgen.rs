@@ -457,7 +457,7 @@ fn tls_config(ca: &PathBuf) -> Result<Arc<rustls::ClientConfig>, String> {
             .add(cert.map_err(|e| e.to_string())?)
             .map_err(|e| e.to_string())?;
     }
-    let mut config = rustls::ClientConfig::builder_with_provider(pdp_injector::tls::provider())
+    let mut config = rustls::ClientConfig::builder_with_provider(pdp_core::pki::provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots)
@@ -666,7 +666,7 @@ async fn run(a: Args) -> Result<Value, String> {
 
 fn main() {
     let args = Args::parse();
-    pdp_injector::tls::install_default_provider();
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

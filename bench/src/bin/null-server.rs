@@ -70,7 +70,7 @@ struct Args {
 
 /// A duration as `serve` reads one (`500ms`, `5s`, `1m`).
 fn timeout(v: &str) -> Result<Duration, String> {
-    pdp_injector::duration::duration_flag(v)
+    pdp_core::duration::duration_flag(v)
 }
 
 /// hyper's smallest `max_buf_size` (it panics below it).

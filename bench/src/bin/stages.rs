@@ -15,10 +15,10 @@
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
-use pdp_injector::admission::{self, review};
-use pdp_injector::config::Config;
-use pdp_injector::core::render::render;
-use pdp_injector::core::{Decision, NamespaceInfo, PodView, decide, inject_view};
+use pdp_core::admission::{self, review};
+use pdp_core::config::Config;
+use pdp_core::core::render::render;
+use pdp_core::core::{Decision, NamespaceInfo, PodView, decide, inject_view};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 

@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 use crate::names::ALWAYS_EXCLUDED_NAMESPACES;
 
 mod builtins;
+mod fit;
 mod security;
 #[cfg(test)]
 mod tests;
@@ -21,6 +22,7 @@ mod validate;
 
 pub use builtins::builtin_profiles;
 use builtins::default_resources;
+pub use fit::ClusterFit;
 use security::overlay_security_context;
 pub use security::{SELINUX_TYPES_ALLOWED, restricted_security_context, restricted_violations};
 pub use validate::PROFILE_VOLUME_KINDS;

@@ -12,7 +12,7 @@ use super::pods::{self, Drift};
 use super::report::{Finding, Report, Section, Severity};
 use super::selectors;
 use super::workloads::{self, Owners, Workload};
-use crate::cluster::classic_sidecars;
+use crate::check::classic_sidecars;
 use crate::config::{Config, Mode, PssLevel};
 use crate::core::NamespaceInfo;
 use crate::names::{LABEL_NAMESPACE_INJECTION, WATCH_PREFIX};
@@ -285,7 +285,7 @@ fn config(view: &ClusterView, install: &mut Section) -> Option<Config> {
         },
     };
     // The same adaptation as the webhook's, so the hash is the one it writes into the status annotation.
-    let fit = crate::webhook::server::ClusterFit {
+    let fit = crate::config::ClusterFit {
         native_sidecars: view.native_sidecars,
         own_namespace: Some(names.namespace.clone()),
     };
@@ -1251,7 +1251,7 @@ pub fn analyse(view: &ClusterView) -> Report {
 mod tests {
     use super::*;
     use crate::core::{self, Outcome};
-    use crate::tls::certs as tlsgen;
+    use crate::pki as tlsgen;
     use serde_json::{Value, json};
 
     const NOW: i64 = 1_900_000_000;
@@ -1262,7 +1262,7 @@ mod tests {
 
     /// The shipped configuration, registered with a caBundle.
     fn registered(ca_pem: &str) -> MutatingWebhookConfiguration {
-        let text = include_str!("../../manifests/base/mutatingwebhookconfiguration.yaml");
+        let text = include_str!("../../../../manifests/base/mutatingwebhookconfiguration.yaml");
         let mut v: Value = serde_saphyr::from_str(text).unwrap();
         use base64::Engine;
         let b64 = base64::engine::general_purpose::STANDARD.encode(ca_pem);

@@ -12,19 +12,13 @@ use crate::core::{NamespaceInfo, Reason, Warning};
 use crate::core::{Outcome, inject};
 use crate::names::LABEL_NAMESPACE_INJECTION;
 
-/// Defaults for the documents of one stream: flags of the `inject` command.
-#[derive(Debug, Clone, Default, clap::Args)]
+/// Defaults for the documents of one stream (the `inject` command's `--mode` and `--namespace`).
+#[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// Namespace default for documents whose namespace the stream does not label: enabled, sidecar, daemonset,
-    /// central or disabled (as the namespace label pdp-injector.io/injection).
-    #[arg(long, env = "PDP_INJECTOR_MODE", value_parser = crate::core::decide::namespace_label_value)]
+    /// Namespace default for documents whose namespace the stream does not label: a value of the namespace
+    /// label pdp-injector.io/injection (enabled, sidecar, daemonset, central or disabled).
     pub mode: Option<String>,
     /// Namespace of documents that name none.
-    #[arg(
-        long = "namespace",
-        env = "PDP_INJECTOR_NAMESPACE",
-        default_value = "default"
-    )]
     pub default_namespace: Option<String>,
 }
 

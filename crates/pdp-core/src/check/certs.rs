@@ -10,8 +10,6 @@ use rustls::client::danger::ServerCertVerifier;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-use crate::tls;
-
 /// The trust anchors of a `caBundle` (PEM), or why it cannot verify anything.
 pub fn roots(ca_bundle_pem: &[u8]) -> Result<Arc<RootCertStore>, String> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(ca_bundle_pem)
@@ -56,7 +54,7 @@ pub fn verify_der(
     };
     let name = ServerName::try_from(server_name.to_string())
         .map_err(|e| format!("{server_name:?} is not a DNS name or IP address: {e}"))?;
-    let verifier = WebPkiServerVerifier::builder_with_provider(roots, tls::provider())
+    let verifier = WebPkiServerVerifier::builder_with_provider(roots, crate::pki::provider())
         .build()
         .map_err(|e| e.to_string())?;
     let now = UnixTime::since_unix_epoch(std::time::Duration::from_secs(now.max(0) as u64));
@@ -90,7 +88,7 @@ pub fn validity(pem: &[u8]) -> Result<Validity, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tls::certs;
+    use crate::pki as certs;
 
     fn now() -> i64 {
         time::OffsetDateTime::now_utc().unix_timestamp()

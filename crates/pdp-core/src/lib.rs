@@ -1,0 +1,22 @@
+//! The pure core of pdp-injector (docs/architecture.md). Its `Cargo.toml` has no async runtime, web framework,
+//! Kubernetes client, logging or command line: whatever needs them lives in the binary crate, which uses this
+//! one. Layers, each using only those above it:
+//! - [`names`], [`duration`], [`size`]: the names of the contract and the syntax of durations and sizes;
+//! - [`config`]: the admin's configuration, its built-ins, its validation, and its fit to one cluster;
+//! - [`core`]: decide, render, patch, pure and synchronous ([`core::inject`]);
+//! - [`admission`]: AdmissionReview bytes in, bytes out, around the core;
+//! - [`pki`]: certificate generation (the binary writes the files);
+//! - [`offline`]: the `inject` command's transformation of a YAML stream;
+//! - [`check`]: `check`'s judging of what the binary read from the cluster;
+//! - [`route`]: the node-local front's choice of a PDP instance.
+
+pub mod admission;
+pub mod check;
+pub mod config;
+pub mod core;
+pub mod duration;
+pub mod names;
+pub mod offline;
+pub mod pki;
+pub mod route;
+pub mod size;

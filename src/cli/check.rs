@@ -1,0 +1,131 @@
+//! `pdp-injector check`: reads the cluster (list/get only), judges it with the core, prints the report.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use super::runtime;
+use crate::config::Config;
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OutputFormat {
+    /// Sections and one line per finding (colour on a terminal only).
+    Text,
+    /// The whole report as JSON, for scripts.
+    Json,
+}
+
+fn pdp_daemonset(s: &str) -> Result<(String, String, String), String> {
+    let bad = || {
+        format!(
+            "invalid value {s:?}: expected PROFILE=NAMESPACE/NAME, e.g. cerbos=pdp-node/cerbos-pdp"
+        )
+    };
+    let (profile, rest) = s.split_once('=').ok_or_else(bad)?;
+    let (ns, name) = rest.split_once('/').ok_or_else(bad)?;
+    if [profile, ns, name].iter().any(|p| p.is_empty()) {
+        return Err(bad());
+    }
+    Ok((profile.into(), ns.into(), name.into()))
+}
+
+#[derive(Args)]
+pub(crate) struct CheckArgs {
+    /// Namespace whose namespace and Pods are checked (default: the kubeconfig context's namespace).
+    #[arg(short = 'n', long, conflicts_with = "all_namespaces")]
+    namespace: Option<String>,
+    /// Check the namespaces and Pods of every namespace.
+    #[arg(short = 'A', long)]
+    all_namespaces: bool,
+    /// Judge Pods by this config file instead of the installed ConfigMap (e.g. before applying a change).
+    #[arg(long, env = "PDP_INJECTOR_CONFIG")]
+    config: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    output: OutputFormat,
+    /// Namespace of the webhook (its Deployment, Secret and ConfigMap).
+    #[arg(long, default_value = "pdp-system")]
+    webhook_namespace: String,
+    /// The MutatingWebhookConfiguration.
+    #[arg(long, default_value = "pdp-injector")]
+    webhook_config: String,
+    /// The webhook Deployment.
+    #[arg(long, default_value = "pdp-injector")]
+    deployment: String,
+    /// The Secret with the serving certificate (tls.crt).
+    #[arg(long, default_value = "pdp-injector-tls")]
+    secret: String,
+    /// The ConfigMap with config.yaml.
+    #[arg(long, default_value = "pdp-injector-config")]
+    config_map: String,
+    /// The node-local PDP DaemonSet of a profile, when it is not PROFILE-pdp labelled
+    /// app.kubernetes.io/component=pdp (repeatable): PROFILE=NAMESPACE/NAME.
+    #[arg(long = "pdp-daemonset", value_parser = pdp_daemonset)]
+    pdp_daemonsets: Vec<(String, String, String)>,
+    /// Bound on connecting to the webhook's live endpoint.
+    #[arg(long, default_value = "3s", value_parser = crate::duration::duration_flag)]
+    probe_timeout: Duration,
+}
+
+/// Runs `check`; `Err` means it could not check (exit status 2).
+pub(crate) fn run(args: CheckArgs) -> anyhow::Result<u8> {
+    use crate::check::{analyse, gather};
+    let config = match &args.config {
+        Some(path) => Some((path.display().to_string(), Config::load(path)?)),
+        None => None,
+    };
+    let report = runtime()?.block_on(async {
+        let client = kube::Client::try_default().await.map_err(|e| {
+            anyhow::anyhow!(
+                "no cluster to check (kubeconfig as kubectl finds it, or in-cluster): {e}"
+            )
+        })?;
+        client
+            .apiserver_version()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot reach the apiserver: {e}"))?;
+        let scope = if args.all_namespaces {
+            None
+        } else {
+            Some(
+                args.namespace
+                    .clone()
+                    .unwrap_or_else(|| client.default_namespace().to_string()),
+            )
+        };
+        let names = analyse::Names {
+            namespace: args.webhook_namespace,
+            webhook_config: args.webhook_config,
+            deployment: args.deployment,
+            secret: args.secret,
+            config_map: args.config_map,
+            pdp_daemonsets: args
+                .pdp_daemonsets
+                .into_iter()
+                .map(|(p, ns, name)| (p, (ns, name)))
+                .collect(),
+        };
+        let options = gather::Options {
+            names,
+            scope,
+            config,
+            probe_timeout: args.probe_timeout,
+        };
+        let view = gather::gather(&client, options).await;
+        anyhow::Ok(analyse::analyse(&view))
+    })?;
+    let text = match args.output {
+        OutputFormat::Json => report.to_json() + "\n",
+        OutputFormat::Text => {
+            let colour = std::io::IsTerminal::is_terminal(&std::io::stdout())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            report.to_text(colour)
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    Ok(report.exit_code())
+}

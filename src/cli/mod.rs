@@ -1,0 +1,129 @@
+//! The command line: each subcommand's flags and the `run` that wires the library's pieces for it. `main.rs`
+//! only calls [`main`]. Every long-running command gets one tokio runtime ([`runtime`]), one logging set-up and
+//! one way to stop ([`shutdown_signal`]).
+
+mod certs;
+mod check;
+mod inject;
+mod node;
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::tls;
+
+#[derive(Parser)]
+#[command(
+    name = "pdp-injector",
+    version,
+    about = "Wires Kubernetes Pods to a policy decision point (sidecar or node-local DaemonSet)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTPS admission webhook (/mutate, /healthz, /readyz, /metrics).
+    Serve(Box<serve::ServeArgs>),
+    /// Inject a multi-document YAML stream offline and print the result.
+    Inject(inject::InjectArgs),
+    /// Generate a CA and a serving certificate for the webhook Service.
+    Certs(certs::CertsArgs),
+    /// Report whether the cluster is wired as the config says: install, nodes, namespaces, Pods (read-only).
+    ///
+    /// Exit status: 0 nothing needs action, 1 something needs action, 2 the check could not run.
+    Check(check::CheckArgs),
+    /// Node-local front: serve the node's PDP port and socket, forward to the newest ready PDP instance.
+    NodeProxy(Box<node::NodeProxyArgs>),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The logging flag of the long-running commands (serve, node-proxy).
+#[derive(Args)]
+pub(crate) struct LogArgs {
+    /// Log format.
+    #[arg(
+        long,
+        env = "PDP_INJECTOR_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub(crate) log_format: LogFormat,
+}
+
+pub(crate) fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .init(),
+    }
+}
+
+pub(crate) async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
+}
+
+/// The one runtime of a command that talks to the network.
+pub(crate) fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
+/// Parses the command line and runs the subcommand; the process's exit status.
+pub fn main() -> ExitCode {
+    tls::install_default_provider();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Check(args) => {
+            return match check::run(args) {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(crate::check::report::EXIT_CANNOT_CHECK)
+                }
+            };
+        }
+        Command::Serve(args) => serve::run(*args),
+        Command::Inject(args) => inject::run(args),
+        Command::Certs(args) => certs::run(args),
+        Command::NodeProxy(args) => node::run(*args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
