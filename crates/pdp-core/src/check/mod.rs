@@ -5,10 +5,12 @@
 pub mod analyse;
 pub mod certs;
 pub mod classic_sidecars;
+pub mod codes;
 pub mod pods;
 pub mod report;
 pub mod selectors;
 pub mod workloads;
 
 pub use analyse::{ClusterView, analyse};
+pub use codes::FindingCode;
 pub use report::Report;

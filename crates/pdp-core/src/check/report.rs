@@ -64,13 +64,13 @@ impl Finding {
     /// A finding without fix or Pods.
     pub fn new(
         severity: Severity,
-        code: &str,
+        code: impl Into<&'static str>,
         subject: impl Into<String>,
         message: impl Into<String>,
     ) -> Finding {
         Finding {
             severity,
-            code: code.to_string(),
+            code: code.into().to_string(),
             subject: subject.into(),
             message: message.into(),
             fix: None,

@@ -1,0 +1,139 @@
+//! From what was read of the cluster ([`ClusterView`]) to the report: pure, so every judgement `check` makes is
+//! tested on fixtures without a cluster. The reads themselves are in the binary's `check::gather`. One file per
+//! section of the report: [`install`], [`nodes`], [`namespaces`], [`pod_section`]; what was read is [`view`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhook, MutatingWebhookConfiguration};
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+
+use super::certs;
+use super::codes::FindingCode as Code;
+use super::pods::{self, Drift};
+use super::report::{Finding, Report, Section, Severity};
+use super::selectors;
+use super::workloads::{self, Owners, Workload};
+use crate::check::classic_sidecars;
+use crate::config::{Config, Mode, PssLevel};
+use crate::core::NamespaceInfo;
+use crate::names::{LABEL_NAMESPACE_INJECTION, WATCH_PREFIX};
+
+mod install;
+mod namespaces;
+mod nodes;
+mod pod_section;
+mod view;
+
+pub use install::endpoint;
+use install::*;
+use namespaces::*;
+use nodes::*;
+use pod_section::*;
+pub use view::*;
+
+const DAY: i64 = 86_400;
+/// A certificate is renewed when a third of its life is left (cert-manager's default; self-managed: a third,
+/// or 30 days); with less than this left, renewal is late: a warning at a quarter of its life (at most 21 days),
+/// an error at a tenth (at most 7 days). Relative, so short-lived certificates are judged fairly too.
+const EXPIRY_WARNING: (i64, i64) = (4, 21 * DAY);
+const EXPIRY_ERROR: (i64, i64) = (10, 7 * DAY);
+
+fn labels_of(ns: &Namespace) -> BTreeMap<String, String> {
+    let mut labels = ns.metadata.labels.clone().unwrap_or_default();
+    // 1.21+ sets this label on every namespace; older servers do not, and the selectors rely on it.
+    if let Some(name) = &ns.metadata.name {
+        labels
+            .entry("kubernetes.io/metadata.name".into())
+            .or_insert_with(|| name.clone());
+    }
+    labels
+}
+
+fn pod_name(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// A Pod that will not run again (finished, or being deleted): restarting its workload means nothing for it.
+fn is_done(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+        || matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        )
+}
+
+/// How long after its app containers ended a classic sidecar may still run before `check` says so: the webhook
+/// marks the Pod within seconds, and the kubelet's liveness probe follows every 2 s.
+const CLASSIC_STOP_GRACE: i64 = 60;
+/// The same under `restartPolicy: OnFailure`, where the watch container waits 330 s (longer than the kubelet's
+/// restart back-off) before it stops the PDP.
+const CLASSIC_STOP_GRACE_ON_FAILURE: i64 = 400;
+
+/// True when every container of the Pod that has ended did so before `at` (Unix seconds), and one has.
+fn ended_before(pod: &Pod, at: i64) -> bool {
+    let ends: Vec<i64> = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
+        .map(|t| t.finished_at.as_ref().map_or(i64::MAX, |f| f.0.as_second()))
+        .collect();
+    !ends.is_empty() && ends.iter().all(|t| *t < at)
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn plural(n: usize, word: &str) -> String {
+    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
+}
+
+fn days(seconds: i64) -> String {
+    let d = seconds / DAY;
+    if seconds < 0 {
+        format!("expired {} ago", plural((-seconds / DAY) as usize, "day"))
+    } else {
+        format!("expires in {}", plural(d as usize, "day"))
+    }
+}
+
+/// The report for what was read.
+pub fn analyse(view: &ClusterView) -> Report {
+    let mut install = Section::new("install");
+    let mut nodes = Section::new("nodes");
+    let mut namespaces = Section::new("namespaces");
+    let mut pods = Section::new("pods");
+    let config = config(view, &mut install);
+    let all: &[Namespace] = match &view.namespaces {
+        Ok(n) => n,
+        Err(e) => {
+            namespaces.push(Finding::new(
+                Severity::Error,
+                Code::NamespacesUnreadable,
+                "namespaces",
+                format!("cannot list namespaces: {e}"),
+            ));
+            &[]
+        }
+    };
+    self::install(view, &mut install, all);
+    install.summary = format!("webhook namespace {}", view.names.namespace);
+    nodes_section(view, config.as_ref(), all, &mut nodes);
+    namespaces_section(view, config.as_ref(), all, &mut namespaces);
+    pods_section(view, config.as_ref(), all, &mut pods);
+    Report::new(vec![install, nodes, namespaces, pods])
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,596 @@
+//! The judging on fixtures: a cluster in order, then each way it can be out of order.
+
+use super::*;
+use crate::core::{self, Outcome};
+use crate::pki as tlsgen;
+use serde_json::{Value, json};
+
+const NOW: i64 = 1_900_000_000;
+
+fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).unwrap()
+}
+
+/// The shipped configuration, registered with a caBundle.
+fn registered(ca_pem: &str) -> MutatingWebhookConfiguration {
+    let text = include_str!("../../../../../manifests/base/mutatingwebhookconfiguration.yaml");
+    let mut v: Value = serde_saphyr::from_str(text).unwrap();
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    for w in v["webhooks"].as_array_mut().unwrap() {
+        w["clientConfig"]["caBundle"] = json!(b64);
+    }
+    from(v)
+}
+
+fn namespace(name: &str, labels: Value) -> Namespace {
+    from(json!({"metadata": {"name": name, "labels": labels}}))
+}
+
+fn ready_pod(v: Value) -> Pod {
+    let mut p: Value = v;
+    p["status"] = json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
+    from(p)
+}
+
+fn node(name: &str) -> Node {
+    from(json!({"metadata": {"name": name}}))
+}
+
+fn pdp_pod(node: &str, revision: &str) -> Pod {
+    ready_pod(
+        json!({"metadata": {"name": format!("cerbos-pdp-{node}"), "namespace": "pdp-node",
+        "labels": {"controller-revision-hash": revision},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "cerbos-pdp", "uid": "d", "controller": true}]},
+        "spec": {"nodeName": node, "containers": [{"name": "cerbos"}]}}),
+    )
+}
+
+/// A Pod of Deployment `web` (through ReplicaSet web-1), as the webhook would store it in `ns`.
+fn app_pod(name: &str, ns: &NamespaceInfo, node: &str, config: &Config) -> Pod {
+    let p: Pod = from(json!({"metadata": {"name": name, "namespace": ns.name,
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "r", "controller": true}]},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.9"}]}}));
+    let mut p = match core::inject(&p, ns, config) {
+        Outcome::Injected(i) => core::patched(&p, &i.patch).expect("the core's patch applies"),
+        _ => p,
+    };
+    p.status = ready_pod(json!({})).status;
+    p
+}
+
+/// A cluster in order: the shipped webhook configuration, trusted certificate, ready Deployment, one
+/// opted-in namespace whose Pods are wired, a PDP on every node.
+fn in_order() -> ClusterView {
+    let bundle =
+        tlsgen::generate(&tlsgen::service_sans("pdp-injector", "pdp-system"), 365, 90).unwrap();
+    let config = Config::builtin();
+    let shop = NamespaceInfo::from_labels(
+        "shop",
+        &BTreeMap::from([(LABEL_NAMESPACE_INJECTION.to_string(), "enabled".to_string())]),
+    );
+    let mut owners = Owners::default();
+    owners.record(
+        "ReplicaSet",
+        &from(json!({"name": "web-1", "namespace": "shop",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "x", "controller": true}]})),
+    );
+    ClusterView {
+        names: Names::default(),
+        scope: None,
+        now: time::OffsetDateTime::now_utc().unix_timestamp(),
+        native_sidecars: true,
+        config: Some(ConfigSource::Installed(Ok(Some(String::new())))),
+        webhook: Ok(Some(registered(&bundle.ca_cert_pem))),
+        serving_cert: Ok(Some(bundle.cert_pem.clone().into_bytes())),
+        live: None,
+        deployment: Ok(Some(from(
+            json!({"metadata": {"name": "pdp-injector", "namespace": "pdp-system"},
+            "spec": {"replicas": 2, "selector": {}, "template": {}}, "status": {"readyReplicas": 2}}),
+        ))),
+        namespaces: Ok(vec![
+            namespace("kube-system", json!({})),
+            namespace("pdp-system", json!({})),
+            namespace("shop", json!({LABEL_NAMESPACE_INJECTION: "enabled"})),
+            namespace("plain", json!({})),
+        ]),
+        pods: Ok(vec![
+            app_pod("web-1-a", &shop, "n1", &config),
+            app_pod("web-1-b", &shop, "n2", &config),
+        ]),
+        owners,
+        nodes: Ok(vec![node("n1"), node("n2")]),
+        daemonsets: Ok(vec![from(
+            json!({"metadata": {"name": "cerbos-pdp", "namespace": "pdp-node",
+            "labels": {"app.kubernetes.io/component": "pdp"}},
+            "spec": {"selector": {}, "template": {"spec": {"containers": []}}}}),
+        )]),
+        pdp_pods: Ok(vec![pdp_pod("n1", "v2"), pdp_pod("n2", "v2")]),
+        revisions: Ok(vec![
+            from(
+                json!({"metadata": {"name": "r1", "namespace": "pdp-node", "labels": {"controller-revision-hash": "v1"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "cerbos-pdp", "uid": "d", "controller": true}]}, "revision": 1}),
+            ),
+            from(
+                json!({"metadata": {"name": "r2", "namespace": "pdp-node", "labels": {"controller-revision-hash": "v2"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "cerbos-pdp", "uid": "d", "controller": true}]}, "revision": 2}),
+            ),
+        ]),
+    }
+}
+
+fn codes(r: &Report, severity: Severity) -> Vec<String> {
+    r.sections
+        .iter()
+        .flat_map(|s| &s.findings)
+        .filter(|f| f.severity == severity)
+        .map(|f| f.code.clone())
+        .collect()
+}
+
+fn find<'a>(r: &'a Report, code: &str) -> &'a Finding {
+    r.sections
+        .iter()
+        .flat_map(|s| &s.findings)
+        .find(|f| f.code == code)
+        .unwrap_or_else(|| panic!("no {code} in {}", r.to_text(false)))
+}
+
+#[test]
+fn a_cluster_in_order_reports_nothing_to_do() {
+    let r = analyse(&in_order());
+    assert!(r.ok, "{}", r.to_text(false));
+    assert_eq!(r.exit_code(), 0);
+    assert!(
+        codes(&r, Severity::Warning).is_empty(),
+        "{}",
+        r.to_text(false)
+    );
+    for code in [
+        "config_loaded",
+        "webhook_registered",
+        "serving_cert_trusted",
+        "webhook_ready",
+        "pdp_daemonset",
+        "namespace_opted_in",
+    ] {
+        find(&r, code);
+    }
+    assert!(
+        find(&r, "namespace_opted_in")
+            .message
+            .contains("socket is dropped")
+    );
+}
+
+#[test]
+fn every_valid_namespace_label_is_judged_as_the_webhook_decides() {
+    // check's judgement of the label is the core's: central is a mode, not an error; a bad value is one.
+    for (value, error) in [
+        ("central", false),
+        ("sidecar", false),
+        ("daemonset", false),
+        ("enabled", false),
+        ("disabled", false),
+        ("centrall", true),
+    ] {
+        let mut v = in_order();
+        if let Ok(all) = v.namespaces.as_mut() {
+            all.push(namespace(
+                "moving",
+                json!({LABEL_NAMESPACE_INJECTION: value}),
+            ));
+        }
+        let r = analyse(&v);
+        let errors = codes(&r, Severity::Error);
+        assert_eq!(
+            errors.contains(&"invalid_namespace_label".to_string()),
+            error,
+            "{value}: {}",
+            r.to_text(false)
+        );
+        if error {
+            assert!(r.to_text(false).contains("central"), "{}", r.to_text(false));
+        }
+    }
+}
+
+#[test]
+fn missing_webhook_and_no_ready_replica_need_action() {
+    let mut v = in_order();
+    v.webhook = Ok(None);
+    v.deployment = Ok(Some(from(
+        json!({"metadata": {"name": "pdp-injector"}, "spec": {"replicas": 2, "selector": {}, "template": {}}}),
+    )));
+    let r = analyse(&v);
+    assert_eq!(r.exit_code(), 1);
+    let errors = codes(&r, Severity::Error);
+    assert!(
+        errors.contains(&"webhook_missing".into()) && errors.contains(&"webhook_not_ready".into()),
+        "{errors:?}"
+    );
+    // Without a webhook configuration, the wired Pods are still in order; nothing selects new ones.
+    assert!(!errors.contains(&"not_wired".into()));
+}
+
+#[test]
+fn untrusted_or_expiring_certificates() {
+    let mut v = in_order();
+    let other =
+        tlsgen::generate(&tlsgen::service_sans("pdp-injector", "pdp-system"), 365, 10).unwrap();
+    v.serving_cert = Ok(Some(other.cert_pem.into_bytes()));
+    let r = analyse(&v);
+    assert!(
+        find(&r, "serving_cert_untrusted")
+            .message
+            .contains("pdp-injector.pdp-system.svc")
+    );
+    // A 10-day certificate: in order with 10 days left, late below a quarter, an error below a tenth.
+    assert_eq!(find(&r, "certificate_expiry").severity, Severity::Ok);
+    v.now += 8 * DAY;
+    assert_eq!(
+        find(&analyse(&v), "certificate_expiry").severity,
+        Severity::Warning
+    );
+    v.now += DAY + DAY / 2;
+    assert_eq!(
+        find(&analyse(&v), "certificate_expiry").severity,
+        Severity::Error
+    );
+    v.now += DAY;
+    assert!(
+        find(&analyse(&v), "certificate_expiry")
+            .message
+            .starts_with("expired")
+    );
+    // A 90-day certificate with 20 days left: late (renewal at 30), a warning.
+    let mut w = in_order();
+    w.now += 70 * DAY;
+    assert_eq!(
+        find(&analyse(&w), "certificate_expiry").severity,
+        Severity::Warning
+    );
+    v.live = Some(LiveProbe::Untrusted {
+        endpoint: "a:443".into(),
+        error: "UnknownIssuer".into(),
+    });
+    assert_eq!(
+        find(&analyse(&v), "endpoint_untrusted").severity,
+        Severity::Error
+    );
+    v.live = Some(LiveProbe::Unreachable {
+        endpoint: "a:443".into(),
+        error: "cannot resolve".into(),
+    });
+    assert_eq!(
+        find(&analyse(&v), "endpoint_unreachable").severity,
+        Severity::Info
+    );
+    let _ = NOW;
+}
+
+#[test]
+fn webhook_entry_that_reaches_kube_system_is_an_error() {
+    let mut v = in_order();
+    if let Ok(Some(m)) = v.webhook.as_mut() {
+        m.webhooks.as_mut().unwrap()[1].namespace_selector = None;
+        m.webhooks.as_mut().unwrap()[0].failure_policy = Some("Ignore".into());
+    }
+    let r = analyse(&v);
+    let msgs: Vec<&str> = r.sections[0]
+        .findings
+        .iter()
+        .filter(|f| f.code == "webhook_entry_differs")
+        .map(|f| f.message.as_str())
+        .collect();
+    assert_eq!(msgs.len(), 2, "{}", r.to_text(false));
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("failurePolicy Ignore (manifests: Fail)"))
+    );
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("selects namespace kube-system") && m.contains("pdp-system"))
+    );
+}
+
+#[test]
+fn nodes_without_pdp_and_outdated_pdp() {
+    let mut v = in_order();
+    v.pdp_pods = Ok(vec![pdp_pod("n1", "v1")]);
+    v.nodes.as_mut().unwrap().push(node("n3"));
+    let r = analyse(&v);
+    let missing: Vec<&Finding> = r.sections[1]
+        .findings
+        .iter()
+        .filter(|f| f.code == "node_without_pdp")
+        .collect();
+    assert_eq!(missing.len(), 2, "{}", r.to_text(false));
+    assert_eq!(missing[0].subject, "node n2");
+    assert_eq!(missing[0].pods, vec!["shop/web-1-b".to_string()]);
+    assert!(missing[1].message.contains("would have no PDP"));
+    assert_eq!(find(&r, "pdp_outdated").severity, Severity::Warning);
+    // No DaemonSet at all.
+    v.daemonsets = Ok(vec![]);
+    assert_eq!(
+        find(&analyse(&v), "pdp_daemonset_missing").severity,
+        Severity::Error
+    );
+    // No profile in daemonset mode: no node is judged.
+    let mut v = in_order();
+    v.pods = Ok(vec![]);
+    v.namespaces = Ok(vec![namespace(
+        "shop",
+        json!({LABEL_NAMESPACE_INJECTION: "sidecar"}),
+    )]);
+    v.daemonsets = Ok(vec![]);
+    let r = analyse(&v);
+    assert_eq!(r.sections[1].summary, "no profile in daemonset mode");
+    assert!(r.ok, "{}", r.to_text(false));
+}
+
+#[test]
+fn a_node_without_its_front_is_a_node_without_its_pdp() {
+    let front_pod = |node: &str| {
+        ready_pod(
+            json!({"metadata": {"name": format!("pdp-node-front-{node}"), "namespace": "pdp-node",
+            "labels": {"controller-revision-hash": "f1"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "pdp-node-front", "uid": "f", "controller": true}]},
+            "spec": {"nodeName": node, "containers": [{"name": "front"}]}}),
+        )
+    };
+    let mut v = in_order();
+    v.daemonsets.as_mut().unwrap().push(from(
+        json!({"metadata": {"name": "pdp-node-front", "namespace": "pdp-node",
+        "labels": {"app.kubernetes.io/component": "pdp-front"}},
+        "spec": {"selector": {}, "template": {"spec": {"containers": []}}}}),
+    ));
+    // Every node has both: in order, and the front is reported beside the PDP.
+    v.pdp_pods
+        .as_mut()
+        .unwrap()
+        .extend([front_pod("n1"), front_pod("n2")]);
+    let r = analyse(&v);
+    assert!(r.ok, "{}", r.to_text(false));
+    assert!(
+        find(&r, "pdp_front")
+            .message
+            .contains("ready front on 2 nodes")
+    );
+    // n2 lost its front: its wired Pod cannot reach the PDP, though the PDP runs there.
+    v.pdp_pods.as_mut().unwrap().pop();
+    let r = analyse(&v);
+    assert!(!r.ok);
+    let f = find(&r, "node_without_front");
+    assert_eq!(f.severity, Severity::Error);
+    assert_eq!(f.subject, "node n2");
+    assert_eq!(f.pods, vec!["shop/web-1-b".to_string()]);
+    assert!(f.message.contains("no pdp-node-front Pod"), "{}", f.message);
+    assert!(
+        !r.sections[1]
+            .findings
+            .iter()
+            .any(|f| f.code == "node_without_pdp")
+    );
+}
+
+#[test]
+fn namespaces_invalid_unselected_and_privileged() {
+    let mut v = in_order();
+    v.namespaces.as_mut().unwrap().extend([
+        namespace("typo", json!({LABEL_NAMESPACE_INJECTION: "enable"})),
+        namespace("ds", json!({LABEL_NAMESPACE_INJECTION: "daemonset", "pod-security.kubernetes.io/enforce": "privileged"})),
+    ]);
+    if let Ok(Some(m)) = v.webhook.as_mut() {
+        m.webhooks.as_mut().unwrap()[0].namespace_selector =
+            Some(from(json!({"matchLabels": {"only": "this"}})));
+    }
+    let r = analyse(&v);
+    assert_eq!(
+        find(&r, "invalid_namespace_label").subject,
+        "namespace typo"
+    );
+    assert_eq!(
+        r.sections[2]
+            .findings
+            .iter()
+            .filter(|f| f.code == "namespace_not_selected")
+            .count(),
+        2
+    );
+    let ds = r.sections[2]
+        .findings
+        .iter()
+        .find(|f| f.subject == "namespace ds" && f.code == "namespace_opted_in")
+        .unwrap();
+    assert!(
+        ds.message.contains("with the node's socket"),
+        "{}",
+        ds.message
+    );
+}
+
+#[test]
+fn pods_grouped_by_workload_with_the_fix() {
+    let mut v = in_order();
+    // The config changed since the Pods were wired: both Pods of web are stale, one finding.
+    v.config = Some(ConfigSource::Installed(Ok(Some(
+        "excludedNamespaces: [other]\n".into(),
+    ))));
+    // A plain Pod in a namespace that opted in after it existed, and a finished one (skipped).
+    let late: Pod = ready_pod(
+        json!({"metadata": {"name": "solo", "namespace": "shop"}, "spec": {"containers": [{"name": "a"}]}}),
+    );
+    let mut done = late.clone();
+    done.metadata.name = Some("finished".into());
+    done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    v.pods.as_mut().unwrap().extend([late, done]);
+    let r = analyse(&v);
+    let stale = find(&r, "stale_config");
+    assert_eq!(stale.subject, "Deployment shop/web");
+    assert_eq!(
+        stale.pods,
+        vec!["shop/web-1-a".to_string(), "shop/web-1-b".to_string()]
+    );
+    assert_eq!(
+        stale.fix.as_deref(),
+        Some("kubectl rollout restart deployment/web -n shop")
+    );
+    let not_wired = find(&r, "not_wired");
+    assert_eq!(not_wired.subject, "Pod shop/solo");
+    assert!(
+        !not_wired.message.contains("no entry"),
+        "{}",
+        not_wired.message
+    );
+    assert_eq!(
+        r.sections[3].summary,
+        "3 Pods compared, 1 finished or terminating skipped"
+    );
+    assert_eq!(r.exit_code(), 1);
+}
+
+#[test]
+fn annotation_opt_in_that_no_entry_selects() {
+    let mut v = in_order();
+    // The label-selected overlay: outside opted-in namespaces only labelled Pods reach the webhook.
+    if let Ok(Some(m)) = v.webhook.as_mut() {
+        m.webhooks.as_mut().unwrap()[1].object_selector = Some(from(
+            json!({"matchExpressions": [{"key": "pdp-injector.io/inject", "operator": "Exists"}]}),
+        ));
+    }
+    let p = ready_pod(json!({"metadata": {"name": "a", "namespace": "plain",
+        "annotations": {"pdp-injector.io/inject": "sidecar"}}, "spec": {"containers": [{"name": "a"}]}}));
+    v.pods = Ok(vec![p]);
+    let f = analyse(&v).sections[3].findings[0].clone();
+    assert_eq!(f.code, "not_wired");
+    assert!(
+        f.message
+            .contains("no entry of the webhook configuration selects it"),
+        "{}",
+        f.message
+    );
+    assert!(f.fix.unwrap().starts_with("label the Pod template"));
+}
+
+#[test]
+fn config_that_does_not_load_stops_the_pod_comparison() {
+    let mut v = in_order();
+    v.config = Some(ConfigSource::Installed(Ok(Some(
+        "defaultMode: nope\n".into(),
+    ))));
+    let r = analyse(&v);
+    assert!(find(&r, "config_invalid").message.contains("defaultMode"));
+    assert_eq!(
+        r.sections[3].summary,
+        "2 Pods not compared: no usable config"
+    );
+    v.config = Some(ConfigSource::Installed(Ok(None)));
+    assert_eq!(
+        find(&analyse(&v), "config_missing").severity,
+        Severity::Warning
+    );
+}
+
+#[test]
+fn classic_sidecars_change_the_hash_as_the_webhook_does() {
+    let mut v = in_order();
+    v.native_sidecars = false;
+    let r = analyse(&v);
+    let hash = Config::builtin().with_classic_sidecars().hash;
+    assert!(find(&r, "config_loaded").message.contains(&hash));
+    // Pods wired on a native-sidecar config are stale against it.
+    assert_eq!(find(&r, "stale_config").pods.len(), 2);
+}
+
+#[test]
+fn a_classic_sidecar_still_running_long_after_its_job_ended_is_said() {
+    let mut v = in_order();
+    v.native_sidecars = false;
+    let classic = Config::builtin().with_classic_sidecars();
+    let ns = NamespaceInfo::named("batch");
+    // A Job's Pod, wired in the classic form, whose app ended `ago` seconds before the check.
+    let job_pod = |name: &str, ago: i64, annotations: Value| -> Pod {
+        let p: Pod = from(
+            json!({"metadata": {"name": name, "namespace": "batch", "annotations": annotations},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "app", "image": "i"}]}}),
+        );
+        let Outcome::Injected(i) = core::inject(&p, &ns, &classic) else {
+            panic!("not injected")
+        };
+        let mut p = core::patched(&p, &i.patch).unwrap();
+        let ended = time::OffsetDateTime::from_unix_timestamp(v.now - ago).unwrap();
+        let ended = format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+            ended.year(),
+            u8::from(ended.month()),
+            ended.day(),
+            ended.hour(),
+            ended.minute(),
+            ended.second()
+        );
+        p.status = Some(from(json!({"phase": "Running", "containerStatuses": [
+            {"name": "cerbos-pdp", "state": {"running": {}}, "ready": true, "restartCount": 0, "image": "c", "imageID": ""},
+            {"name": "app", "state": {"terminated": {"exitCode": 0, "finishedAt": ended}}, "ready": false,
+             "restartCount": 0, "image": "i", "imageID": ""}]})));
+        p
+    };
+    let inject = json!({"pdp-injector.io/inject": "sidecar"});
+    v.pods.as_mut().unwrap().extend([
+        job_pod("stuck", 300, inject.clone()),
+        // Ended a moment ago: the watch container has not had its few seconds yet.
+        job_pod("just-ended", 5, inject.clone()),
+    ]);
+    let r = analyse(&v);
+    let f = find(&r, "classic_sidecar_not_stopped");
+    assert_eq!(f.pods, vec!["batch/stuck".to_string()]);
+    assert_eq!(f.severity, Severity::Error);
+    assert!(f.message.contains("app: exit 0"), "{}", f.message);
+    assert!(
+        f.fix
+            .as_deref()
+            .unwrap()
+            .contains("pdp-injector-watch-cerbos-pdp")
+    );
+}
+
+#[test]
+fn a_namespace_in_scope_that_does_not_exist_is_said() {
+    let mut v = in_order();
+    v.scope = Some("shpo".into());
+    let r = analyse(&v);
+    assert_eq!(find(&r, "namespace_not_found").subject, "namespace shpo");
+    v.scope = Some("shop".into());
+    assert!(analyse(&v).ok);
+}
+
+#[test]
+fn endpoints_from_url_and_service() {
+    let w = |cc: Value| -> MutatingWebhook {
+        from(
+            json!({"name": "x", "admissionReviewVersions": ["v1"], "sideEffects": "None", "clientConfig": cc}),
+        )
+    };
+    assert_eq!(
+        endpoint(&w(json!({"url": "https://127.0.0.1:8443/mutate"}))),
+        Some(("127.0.0.1".into(), "127.0.0.1:8443".into()))
+    );
+    assert_eq!(
+        endpoint(&w(json!({"url": "https://hook.example/mutate"}))),
+        Some(("hook.example".into(), "hook.example:443".into()))
+    );
+    assert_eq!(
+        endpoint(&w(json!({"url": "https://[::1]:9443/m"}))),
+        Some(("::1".into(), "[::1]:9443".into()))
+    );
+    assert_eq!(
+        endpoint(&w(
+            json!({"service": {"name": "pdp-injector", "namespace": "pdp-system", "port": 443}})
+        )),
+        Some((
+            "pdp-injector.pdp-system.svc".into(),
+            "pdp-injector.pdp-system.svc:443".into()
+        ))
+    );
+    assert_eq!(endpoint(&w(json!({"url": "http://plain/"}))), None);
+}
