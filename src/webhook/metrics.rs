@@ -42,6 +42,21 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// The HTTP status of an answer of this kind.
+    pub fn status(self) -> axum::http::StatusCode {
+        use axum::http::StatusCode;
+        match self {
+            ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+            ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorKind::Overloaded | ErrorKind::NamespaceUnreadable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
     const ALL: [ErrorKind; 7] = [
         ErrorKind::BadRequest,
         ErrorKind::PayloadTooLarge,

@@ -3,4 +3,5 @@
 
 pub mod limits;
 pub mod metrics;
+mod review;
 pub mod server;

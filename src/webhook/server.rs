@@ -5,27 +5,27 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum_server::Handle;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use tokio::sync::Semaphore;
-use tracing::{Instrument, Span, error, info, info_span, warn};
+use tracing::{error, info, warn};
 
-use crate::admission;
 use crate::cluster::namespaces::NamespaceSource;
 use crate::config::{ClusterFit, Config, ConfigError};
-use crate::core::{Denial, NamespaceInfo};
-use crate::duration::{duration_flag, parse_duration};
+use crate::duration::duration_flag;
 use crate::tls::{self, TlsError, TlsFiles, TlsMaterial};
 use crate::webhook::limits::{self, ConnectionLimit, MemoryBounds};
-use crate::webhook::metrics::{ErrorKind, Metrics};
+use crate::webhook::metrics::Metrics;
+use crate::webhook::review;
+
+pub use crate::webhook::review::{Entry, OPTED_IN_PATH};
 
 /// Where the serving certificate comes from.
 #[derive(Debug, Clone)]
@@ -162,23 +162,23 @@ pub enum ServeError {
 
 /// Shared by every request.
 pub struct AppState {
-    config: RwLock<Arc<Config>>,
-    namespaces: Arc<dyn NamespaceSource>,
+    pub(super) config: RwLock<Arc<Config>>,
+    pub(super) namespaces: Arc<dyn NamespaceSource>,
     /// The process's metrics.
     pub metrics: Metrics,
-    bound: AtomicBool,
-    shutting_down: AtomicBool,
+    pub(super) bound: AtomicBool,
+    pub(super) shutting_down: AtomicBool,
     /// Reviews being computed.
-    permits: Arc<Semaphore>,
+    pub(super) permits: Arc<Semaphore>,
     /// Requests being received (body still arriving) or computed: four times `permits`, so that slow bodies
     /// cannot take the permits that finished requests need.
-    readers: Arc<Semaphore>,
-    body_limit: usize,
+    pub(super) readers: Arc<Semaphore>,
+    pub(super) body_limit: usize,
     /// Bytes of request bodies held at once, across all requests.
-    body_budget: Arc<Semaphore>,
-    bounds: MemoryBounds,
-    connections: ConnectionLimit,
-    request_timeout: Duration,
+    pub(super) body_budget: Arc<Semaphore>,
+    pub(super) bounds: MemoryBounds,
+    pub(super) connections: ConnectionLimit,
+    pub(super) request_timeout: Duration,
 }
 
 impl AppState {
@@ -453,12 +453,14 @@ fn sha(bytes: &[u8]) -> [u8; 32] {
 /// The routes, on any state (the tests and the benchmarks mount it without TLS too).
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/mutate", post(mutate_pods))
-        .route(OPTED_IN_PATH, post(mutate_opted_in))
+        .route("/mutate", post(review::mutate_pods))
+        .route(OPTED_IN_PATH, post(review::mutate_opted_in))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such path: use POST /mutate") })
+        .fallback(|| async {
+            review::json_error(StatusCode::NOT_FOUND, "no such path: use POST /mutate")
+        })
         .with_state(state)
 }
 
@@ -490,402 +492,6 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
-fn json_error(status: StatusCode, message: &str) -> Response {
-    let body = serde_json::json!({"error": message, "code": status.as_u16()});
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
-}
-
-fn query_timeout(uri: &Uri) -> Option<Duration> {
-    uri.query()?
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == "timeout")
-        .and_then(|(_, v)| parse_duration(v))
-}
-
-fn is_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
-}
-
-struct InFlight<'a>(&'a Metrics);
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.in_flight(-1);
-    }
-}
-
-enum BodyError {
-    TooLarge,
-    OverBudget,
-    Read(axum::Error),
-}
-
-/// Reads a body within the size limit and the shared byte budget. A declared length is reserved before the
-/// first byte is read, so a body that cannot fit is refused at once; a body without one reserves as it arrives.
-async fn read_body(
-    state: &AppState,
-    body: &mut Body,
-    declared: Option<usize>,
-) -> Result<(Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>), BodyError> {
-    use http_body_util::BodyExt;
-    let reserve = |n: usize| {
-        let n = u32::try_from(n).map_err(|_| BodyError::TooLarge)?;
-        state
-            .body_budget
-            .clone()
-            .try_acquire_many_owned(n)
-            .map_err(|_| BodyError::OverBudget)
-    };
-    let mut held = match declared {
-        Some(n) if n > state.body_limit => return Err(BodyError::TooLarge),
-        Some(n) => Some(reserve(n)?),
-        None => None,
-    };
-    let mut reserved = declared.unwrap_or(0);
-    let mut buf = Vec::with_capacity(reserved);
-    while let Some(frame) = body.frame().await {
-        let Ok(data) = frame.map_err(BodyError::Read)?.into_data() else {
-            continue;
-        };
-        let len = buf.len() + data.len();
-        if len > state.body_limit {
-            return Err(BodyError::TooLarge);
-        }
-        if len > reserved {
-            let more = reserve(len - reserved)?;
-            match &mut held {
-                Some(h) => h.merge(more),
-                None => held = Some(more),
-            }
-            reserved = len;
-        }
-        buf.extend_from_slice(&data);
-    }
-    Ok((buf, held))
-}
-
-/// The path of the webhook entry for namespaces labelled to opt in (`failurePolicy: Fail`): the apiserver
-/// matched the namespace's label, so the handler knows the Pod must not be let through from doubt.
-pub const OPTED_IN_PATH: &str = "/mutate/opted-in";
-
-/// Which webhook entry of the MutatingWebhookConfiguration sent a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Entry {
-    /// `pods.pdp-injector.io` (`/mutate`): any namespace; the Pod's own annotation or label decides.
-    Pods,
-    /// `namespaces.pdp-injector.io` ([`OPTED_IN_PATH`]): the apiserver saw the namespace opted in.
-    OptedIn,
-}
-
-async fn mutate_pods(state: State<Arc<AppState>>, request: Request) -> Response {
-    mutate(state, Entry::Pods, request).await
-}
-
-async fn mutate_opted_in(state: State<Arc<AppState>>, request: Request) -> Response {
-    mutate(state, Entry::OptedIn, request).await
-}
-
-async fn mutate(State(state): State<Arc<AppState>>, entry: Entry, request: Request) -> Response {
-    // Check the bound before reading anything: under a flood, refusing costs no body buffering.
-    let Ok(_reader) = state.readers.clone().try_acquire_owned() else {
-        state.metrics.error(ErrorKind::Overloaded);
-        return json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many admission requests in flight; retry",
-        );
-    };
-    state.metrics.in_flight(1);
-    let _in_flight = InFlight(&state.metrics);
-    let started = Instant::now();
-    let span = info_span!(
-        "admission",
-        uid = tracing::field::Empty,
-        namespace = tracing::field::Empty,
-        pod = tracing::field::Empty,
-        operation = tracing::field::Empty,
-        decision = tracing::field::Empty,
-        reason = tracing::field::Empty,
-    );
-    let deadline = query_timeout(request.uri())
-        .map(|t| t.min(state.request_timeout))
-        .unwrap_or(state.request_timeout);
-    let response = tokio::time::timeout(deadline, answer(&state, entry, request))
-        .instrument(span.clone())
-        .await
-        .unwrap_or_else(|_| {
-            state.metrics.error(ErrorKind::Timeout);
-            let _entered = span.enter();
-            warn!(?deadline, "request did not complete within its deadline");
-            json_error(StatusCode::GATEWAY_TIMEOUT, "request timed out")
-        });
-    state
-        .metrics
-        .observe(started.elapsed(), response.status() == StatusCode::OK);
-    response
-}
-
-async fn answer(state: &AppState, entry: Entry, request: Request) -> Response {
-    if !is_json(request.headers()) {
-        state.metrics.error(ErrorKind::UnsupportedMediaType);
-        return json_error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "content type must be application/json",
-        );
-    }
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    let mut incoming = request.into_body();
-    // The body's bytes stay accounted in the shared budget until the review ends (`held` below).
-    let read = read_body(state, &mut incoming, declared).await;
-    if read.is_err() {
-        // A client still sending a body we refused must get the answer, not a reset stream (HTTP/2: curl and Go's
-        // net/http in the apiserver report a stream error) nor a connection closed under it (HTTP/1.1: a client
-        // that writes its whole body before reading, as Python's urllib does, sees an EOF instead of the 413):
-        // read the rest and throw it away in the background, bounded in time and bytes. No byte of it is kept.
-        let (deadline, most) = (state.request_timeout, state.body_limit.saturating_mul(2));
-        tokio::spawn(async move {
-            use http_body_util::BodyExt;
-            let _ = tokio::time::timeout(deadline, async {
-                let mut thrown = 0usize;
-                while let Some(Ok(frame)) = incoming.frame().await {
-                    thrown += frame.data_ref().map_or(0, |d| d.len());
-                    if thrown > most {
-                        break;
-                    }
-                }
-            })
-            .await;
-        });
-    }
-    let (body, body_budget) = match read {
-        Ok(read) => read,
-        Err(BodyError::TooLarge) => {
-            state.metrics.error(ErrorKind::PayloadTooLarge);
-            return json_error(StatusCode::PAYLOAD_TOO_LARGE, "body exceeds the size limit");
-        }
-        Err(BodyError::OverBudget) => {
-            state.metrics.error(ErrorKind::Overloaded);
-            return json_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the memory budget for request bodies is in use; retry",
-            );
-        }
-        Err(BodyError::Read(e)) => {
-            state.metrics.error(ErrorKind::BadRequest);
-            return json_error(StatusCode::BAD_REQUEST, &format!("cannot read body: {e}"));
-        }
-    };
-    // The review itself holds a permit; a request whose body is still arriving does not.
-    let Ok(permit) = state.permits.clone().try_acquire_owned() else {
-        state.metrics.error(ErrorKind::Overloaded);
-        return json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many admission requests in flight; retry",
-        );
-    };
-    let config = state.config();
-    let body = Arc::new(body);
-    let held = Arc::new((permit, body_budget));
-    let namespaces = state.namespaces.clone();
-    let first = off_thread(&held, &body, &config, move |body, config| {
-        let doubt = std::cell::Cell::new(None::<String>);
-        let lookup = |ns: &str| match namespaces.lookup(ns) {
-            // The apiserver matched an opt-in label that the cache does not show (yet): find out.
-            Some(info) if entry == Entry::OptedIn && !info.opted_in() => {
-                doubt.set(Some(ns.to_string()));
-                info
-            }
-            Some(info) => info,
-            None => {
-                doubt.set(Some(ns.to_string()));
-                NamespaceInfo::named(ns)
-            }
-        };
-        let result = admission::review(body, config, &lookup);
-        (result, doubt.into_inner())
-    });
-    let Some((mut result, doubt)) = first.await else {
-        return review_failed(state);
-    };
-    if let Some(name) = doubt.filter(|_| depends_on_labels(&result)) {
-        // The watch has not seen this namespace, or not its newest labels: ask the apiserver once rather than
-        // guess "not opted in".
-        match (state.namespaces.fetch(&name).await, entry) {
-            (Ok(Some(info)), _) => {
-                let again = off_thread(&held, &body, &config, move |body, config| {
-                    admission::review(body, config, &|_: &str| info.clone())
-                });
-                let Some(again) = again.await else {
-                    return review_failed(state);
-                };
-                result = again;
-            }
-            (failed, entry) => {
-                let why = match failed {
-                    Ok(_) => "it does not exist".to_string(),
-                    Err(e) => e,
-                };
-                if entry == Entry::Pods {
-                    // Whichever entry points here, its failure policy decides: an HTTP error lets an `Ignore`
-                    // entry admit the Pod as before and makes a `Fail` entry refuse it; never a guessed skip.
-                    if let Some(answer) = doubt_error(&body, &config, &name, &why) {
-                        state.metrics.error(ErrorKind::NamespaceUnreadable);
-                        return answer;
-                    }
-                } else {
-                    let denial = Denial::namespace_unreadable(&name, &why);
-                    error!(namespace = %name, reason = denial.reason.code(), "{}", denial.message);
-                    result = admission::refuse(
-                        &body,
-                        &config,
-                        &|_: &str| NamespaceInfo::named(&name),
-                        denial,
-                    );
-                }
-            }
-        }
-    }
-    // The review is over: its permit and its body's budget go back (the answer counts on its own below).
-    drop(held);
-    review_response(state, result)
-}
-
-/// The HTTP answer of the generic entry when the Pod's namespace cannot be read: `None` when the namespace
-/// cannot matter (not a Pod CREATE, an excluded namespace), so the review is answered as usual.
-fn doubt_error(body: &[u8], config: &Config, namespace: &str, why: &str) -> Option<Response> {
-    if config.excluded_namespaces.contains(namespace) || !admission::is_pod_create(body) {
-        return None;
-    }
-    let denial = Denial::namespace_doubt(namespace, why);
-    error!(namespace = %namespace, reason = denial.reason.code(), "{}", denial.message);
-    Some(json_error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        &denial.to_string(),
-    ))
-}
-
-/// The answer to a review, with its log line and metrics.
-fn review_response(
-    state: &AppState,
-    result: Result<(Vec<u8>, admission::ReviewSummary), admission::ReviewError>,
-) -> Response {
-    match result {
-        Ok((bytes, summary)) => {
-            state.metrics.review(summary.reason);
-            let span = Span::current();
-            span.record("uid", summary.uid.as_str());
-            span.record("namespace", summary.namespace.as_str());
-            span.record("pod", summary.name.as_str());
-            span.record("operation", summary.operation.as_str());
-            span.record("decision", summary.decision);
-            span.record("reason", summary.reason.code());
-            info!(
-                dry_run = summary.dry_run,
-                patch_ops = summary.patch_ops,
-                warnings = summary.warnings,
-                "admission review answered"
-            );
-            // The answer stays in memory until the client has read it: it counts in the same budget as bodies.
-            let Ok(counted) = u32::try_from(bytes.len()).map_err(drop).and_then(|n| {
-                state
-                    .body_budget
-                    .clone()
-                    .try_acquire_many_owned(n)
-                    .map_err(drop)
-            }) else {
-                state.metrics.error(ErrorKind::Overloaded);
-                return json_error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the memory budget for requests and answers is in use; retry",
-                );
-            };
-            (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, "application/json")],
-                counted_body(bytes, counted),
-            )
-                .into_response()
-        }
-        Err(e) => {
-            state.metrics.error(ErrorKind::BadRequest);
-            warn!(error = %e, "bad admission request");
-            json_error(StatusCode::BAD_REQUEST, &e.to_string())
-        }
-    }
-}
-
-/// Runs `work` on the blocking pool with the request's body and config: a review's cost grows with the Pod, and
-/// on an async worker the request's deadline could not cut it off (the 504 waits for it) nor could other requests
-/// run meanwhile. `held` (the review's permit and the body's budget) is kept until `work` ends, also when the
-/// deadline answered first, so the in-flight bound and the memory budget still count what runs. `None`: `work`
-/// panicked (a bug; the request gets a 500).
-async fn off_thread<T, H>(
-    held: &Arc<H>,
-    body: &Arc<Vec<u8>>,
-    config: &Arc<Config>,
-    work: impl FnOnce(&[u8], &Config) -> T + Send + 'static,
-) -> Option<T>
-where
-    T: Send + 'static,
-    H: Send + Sync + 'static,
-{
-    let (held, body, config) = (held.clone(), body.clone(), config.clone());
-    tokio::task::spawn_blocking(move || {
-        let _held = held;
-        work(&body, &config)
-    })
-    .await
-    .ok()
-}
-
-/// Whether a review answered with an unlabelled namespace could change with the namespace's labels: not for a
-/// namespace excluded by name, a mirror Pod, an object that is not a Pod, or a request that is not a Pod CREATE.
-/// Only then is the namespace fetched (each fetch is a GET the apiserver counts against the webhook's account).
-fn depends_on_labels(
-    result: &Result<(Vec<u8>, admission::ReviewSummary), admission::ReviewError>,
-) -> bool {
-    use crate::core::Reason;
-    match result {
-        Ok((_, summary)) => !matches!(
-            summary.reason,
-            Reason::ExcludedNamespace
-                | Reason::MirrorPod
-                | Reason::InvalidObject
-                | Reason::NotAPodCreate
-        ),
-        Err(_) => false,
-    }
-}
-
-fn review_failed(state: &AppState) -> Response {
-    state.metrics.error(ErrorKind::Internal);
-    error!("the review failed (a bug: see the panic above)");
-    json_error(StatusCode::INTERNAL_SERVER_ERROR, "the review failed")
-}
-
-/// An answer's bytes with their share of the memory budget, given back when the server is done with the body.
-fn counted_body(bytes: Vec<u8>, counted: tokio::sync::OwnedSemaphorePermit) -> Body {
-    use http_body_util::BodyExt;
-    Body::new(
-        http_body_util::Full::new(axum::body::Bytes::from(bytes)).map_frame(move |frame| {
-            let _counted = &counted;
-            frame
-        }),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -910,13 +516,5 @@ mod tests {
         );
         assert_eq!(options.header_timeout, flags.handshake_timeout);
         assert_eq!(options.flags.shutdown_grace, flags.shutdown_grace);
-    }
-
-    #[test]
-    fn timeout_comes_from_the_query() {
-        let uri: Uri = "/mutate?timeout=3s".parse().unwrap();
-        assert_eq!(query_timeout(&uri), Some(Duration::from_secs(3)));
-        let uri: Uri = "/mutate".parse().unwrap();
-        assert_eq!(query_timeout(&uri), None);
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Volume;
+use k8s_openapi::api::core::v1::{ResourceRequirements, Volume};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::*;

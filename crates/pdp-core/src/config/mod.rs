@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements, SecurityContext, Volume};
+use k8s_openapi::api::core::v1::{EnvVar, Volume};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -15,15 +15,16 @@ use crate::names::ALWAYS_EXCLUDED_NAMESPACES;
 
 mod builtins;
 mod fit;
+mod profile;
 mod security;
 #[cfg(test)]
 mod tests;
 mod validate;
 
 pub use builtins::builtin_profiles;
-use builtins::default_resources;
 pub use fit::ClusterFit;
-use security::overlay_security_context;
+pub use profile::Profile;
+use profile::{ProfileFile, merge_profile};
 pub use security::{SELINUX_TYPES_ALLOWED, restricted_security_context, restricted_violations};
 pub use validate::PROFILE_VOLUME_KINDS;
 use validate::{check_volume_keys, validate_name, validate_profile};
@@ -363,114 +364,6 @@ pub fn is_dns_name(host: &str) -> bool {
     host.len() <= 253 && host.split('.').all(label_ok)
 }
 
-/// Everything pdp-injector needs to wire a Pod to one kind of PDP. Admin-owned.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Profile {
-    /// PDP image for the sidecar.
-    pub image: String,
-    /// Pull policy of that image.
-    pub image_pull_policy: String,
-    /// Name of the sidecar container; its presence marks a Pod as already wired.
-    pub container_name: String,
-    /// Arguments of the sidecar.
-    pub args: Vec<String>,
-    /// Extra environment of the sidecar.
-    pub env: Vec<EnvVar>,
-    /// Ports the PDP listens on.
-    pub ports: Vec<NamedPort>,
-    /// The port the address variable points at.
-    pub address_port: u16,
-    /// Health endpoint for the sidecar's probes.
-    pub health: HealthCheck,
-    /// Resources of the sidecar.
-    pub resources: ResourceRequirements,
-    /// Security context of the sidecar; must meet Pod Security `restricted`.
-    pub security_context: SecurityContext,
-    /// Names of the variables app containers receive.
-    pub env_names: EnvNames,
-    /// Downward API field for the host in daemonset mode.
-    pub host_field: HostField,
-    /// The PDP's socket.
-    pub socket: SocketSpec,
-    /// Sidecar shape and placement.
-    pub sidecar: SidecarSpec,
-    /// Volumes of the sidecar (config, policies).
-    pub volumes: Vec<ProfileVolume>,
-    /// Optional client mTLS Secret mounted into app containers.
-    pub mtls: Option<MtlsSpec>,
-    /// The Service of central mode; without it, central mode is refused for this profile. Left out of the
-    /// serialized config when unset, so configs without it keep their hash.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub central: Option<CentralSpec>,
-    /// Fixed variables app containers get besides the address (flagd's `FLAGD_RESOLVER=in-process`, for a
-    /// provider that must sync instead of calling per evaluation). Plain values only: nothing from the Pod.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub app_env: Vec<EnvVar>,
-    /// `false`: daemonset mode gives the TCP address only, never the node's socket, for a node-local PDP that
-    /// serves no socket (the shipped node-local flagd). Serialized only when `false`, so hashes stay put.
-    #[serde(skip_serializing_if = "is_true")]
-    pub host_socket: bool,
-    /// TLS on the TCP path (daemonset and central modes). Serialized only when set, so hashes stay put.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls: Option<TlsSpec>,
-    /// The TLS variable names of the built-in profile this one descends from, used where `envNames` sets
-    /// none. Code, not configuration: left out of the hash like the rest of the built-ins' defaults that no
-    /// Pod sees until `tls` is set (and then the resolved names are in `envNames`' place in every Pod).
-    #[serde(skip)]
-    pub tls_env_defaults: Option<TlsEnvNames>,
-}
-
-impl Profile {
-    /// The TLS variable names: `envNames` where it sets them, the built-in defaults elsewhere; `None` when a
-    /// name has neither (a profile that extends no built-in and names no TLS variables).
-    pub fn tls_env_names(&self) -> Option<TlsEnvNames> {
-        let n = &self.env_names;
-        let d = self.tls_env_defaults.as_ref();
-        let pick =
-            |own: &Option<String>, default: Option<&String>| own.clone().or(default.cloned());
-        Some(TlsEnvNames {
-            flag: pick(&n.tls, d.map(|d| &d.flag))?,
-            ca: pick(&n.tls_ca, d.map(|d| &d.ca))?,
-            server_name: pick(&n.tls_server_name, d.map(|d| &d.server_name))?,
-            cert: pick(&n.tls_cert, d.map(|d| &d.cert))?,
-            key: pick(&n.tls_key, d.map(|d| &d.key))?,
-        })
-    }
-}
-
-fn is_true(b: &bool) -> bool {
-    *b
-}
-
-/// A profile as written in the file: every field optional, laid over the profile it `extends` (by default the
-/// built-in of the same name, if there is one).
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ProfileFile {
-    extends: Option<String>,
-    image: Option<String>,
-    image_pull_policy: Option<String>,
-    container_name: Option<String>,
-    args: Option<Vec<String>>,
-    env: Option<Vec<EnvVar>>,
-    ports: Option<Vec<NamedPort>>,
-    address_port: Option<u16>,
-    health: Option<HealthCheck>,
-    resources: Option<ResourceRequirements>,
-    security_context: Option<SecurityContext>,
-    env_names: Option<EnvNames>,
-    host_field: Option<HostField>,
-    socket: Option<SocketSpec>,
-    sidecar: Option<SidecarSpec>,
-    volumes: Option<Vec<ProfileVolume>>,
-    mtls: Option<MtlsSpec>,
-    central: Option<CentralSpec>,
-    app_env: Option<Vec<EnvVar>>,
-    host_socket: Option<bool>,
-    tls: Option<TlsSpec>,
-}
-
 /// The file as written.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -706,78 +599,4 @@ fn hash_of(config: &Config) -> String {
     }
     let digest = Sha256::digest(&canonical);
     digest[..6].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn merge_profile(
-    name: &str,
-    base: Option<Profile>,
-    o: ProfileFile,
-) -> Result<Profile, ConfigError> {
-    let missing = |field: &str| {
-        ConfigError::Invalid(format!(
-            "profile {name:?} has no {field} (a new profile must set it or `extends` a profile that does)"
-        ))
-    };
-    match base {
-        Some(b) => Ok(Profile {
-            image: o.image.unwrap_or(b.image),
-            image_pull_policy: o.image_pull_policy.unwrap_or(b.image_pull_policy),
-            container_name: o.container_name.unwrap_or(b.container_name),
-            args: o.args.unwrap_or(b.args),
-            env: o.env.unwrap_or(b.env),
-            ports: o.ports.unwrap_or(b.ports),
-            address_port: o.address_port.unwrap_or(b.address_port),
-            health: o.health.unwrap_or(b.health),
-            resources: o.resources.unwrap_or(b.resources),
-            security_context: o
-                .security_context
-                .map(overlay_security_context)
-                .unwrap_or(b.security_context),
-            env_names: o.env_names.unwrap_or(b.env_names),
-            host_field: o.host_field.unwrap_or(b.host_field),
-            socket: o.socket.unwrap_or(b.socket),
-            sidecar: o.sidecar.unwrap_or(b.sidecar),
-            volumes: o.volumes.unwrap_or(b.volumes),
-            mtls: o.mtls.or(b.mtls),
-            central: o.central.or(b.central),
-            app_env: o.app_env.unwrap_or(b.app_env),
-            host_socket: o.host_socket.unwrap_or(b.host_socket),
-            tls: o.tls.or(b.tls),
-            tls_env_defaults: b.tls_env_defaults,
-        }),
-        None => {
-            let ports = o.ports.ok_or_else(|| missing("ports"))?;
-            let address_port = o
-                .address_port
-                .or_else(|| ports.first().map(|p| p.port))
-                .ok_or_else(|| missing("addressPort"))?;
-            Ok(Profile {
-                image: o.image.ok_or_else(|| missing("image"))?,
-                image_pull_policy: o.image_pull_policy.unwrap_or_else(|| "IfNotPresent".into()),
-                container_name: o.container_name.unwrap_or_else(|| format!("{name}-pdp")),
-                args: o.args.unwrap_or_default(),
-                env: o.env.unwrap_or_default(),
-                ports,
-                address_port,
-                health: o.health.ok_or_else(|| missing("health"))?,
-                resources: o.resources.unwrap_or_else(default_resources),
-                security_context: overlay_security_context(o.security_context.unwrap_or_default()),
-                env_names: o.env_names.ok_or_else(|| missing("envNames"))?,
-                host_field: o.host_field.unwrap_or(HostField::HostIp),
-                socket: o.socket.ok_or_else(|| missing("socket"))?,
-                sidecar: o.sidecar.unwrap_or(SidecarSpec {
-                    placement: Placement::AfterInit,
-                    native: true,
-                    unix_socket: false,
-                }),
-                volumes: o.volumes.unwrap_or_default(),
-                mtls: o.mtls,
-                central: o.central,
-                app_env: o.app_env.unwrap_or_default(),
-                host_socket: o.host_socket.unwrap_or(true),
-                tls: o.tls,
-                tls_env_defaults: None,
-            })
-        }
-    }
 }

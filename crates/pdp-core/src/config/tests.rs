@@ -2,6 +2,7 @@
 
 use super::validate::{socket_dir_problem, volume_source_problem};
 use super::*;
+use k8s_openapi::api::core::v1::SecurityContext;
 
 #[test]
 fn builtin_config_has_both_profiles_and_safe_defaults() {

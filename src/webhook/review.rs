@@ -1,0 +1,481 @@
+//! The admission path of the webhook: one request from its first byte to its answer. Bounds are taken before
+//! anything is read, the body is read within its budget, the review runs off the async workers, the namespace
+//! doubt is settled by one policy ([`review_in_namespace`]), and every error answer is an [`ApiError`], counted
+//! once where it is turned into a response.
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use tracing::{Instrument, Span, error, info, info_span, warn};
+
+use super::metrics::{ErrorKind, Metrics};
+use super::server::AppState;
+use crate::admission;
+use crate::cluster::namespaces::NamespaceSource;
+use crate::config::Config;
+use crate::core::{Denial, NamespaceInfo};
+use crate::duration::parse_duration;
+
+/// What a review gives: the AdmissionReview answer's bytes and what to log, or why the request is not one.
+type ReviewResult = Result<(Vec<u8>, admission::ReviewSummary), admission::ReviewError>;
+
+/// An error answer: its status and its metric come from its kind. [`AppState::refuse`] is the one place that
+/// counts it and renders it.
+#[derive(Debug)]
+pub(super) struct ApiError {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl ApiError {
+    fn new(kind: ErrorKind, message: impl Into<String>) -> ApiError {
+        ApiError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    fn overloaded(message: &str) -> ApiError {
+        ApiError::new(ErrorKind::Overloaded, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        json_error(self.kind.status(), &self.message)
+    }
+}
+
+impl AppState {
+    /// The answer for an error, counted in the metrics once.
+    fn refuse(&self, e: ApiError) -> Response {
+        self.metrics.error(e.kind);
+        e.into_response()
+    }
+}
+
+/// A JSON error body, `{"error": ..., "code": ...}`.
+pub(super) fn json_error(status: StatusCode, message: &str) -> Response {
+    let body = serde_json::json!({"error": message, "code": status.as_u16()});
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn query_timeout(uri: &Uri) -> Option<Duration> {
+    uri.query()?
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == "timeout")
+        .and_then(|(_, v)| parse_duration(v))
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
+}
+
+struct InFlight<'a>(&'a Metrics);
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight(-1);
+    }
+}
+
+enum BodyError {
+    TooLarge,
+    OverBudget,
+    Read(axum::Error),
+}
+
+/// Reads a body within the size limit and the shared byte budget. A declared length is reserved before the
+/// first byte is read, so a body that cannot fit is refused at once; a body without one reserves as it arrives.
+async fn read_body(
+    state: &AppState,
+    body: &mut Body,
+    declared: Option<usize>,
+) -> Result<(Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>), BodyError> {
+    use http_body_util::BodyExt;
+    let reserve = |n: usize| {
+        let n = u32::try_from(n).map_err(|_| BodyError::TooLarge)?;
+        state
+            .body_budget
+            .clone()
+            .try_acquire_many_owned(n)
+            .map_err(|_| BodyError::OverBudget)
+    };
+    let mut held = match declared {
+        Some(n) if n > state.body_limit => return Err(BodyError::TooLarge),
+        Some(n) => Some(reserve(n)?),
+        None => None,
+    };
+    let mut reserved = declared.unwrap_or(0);
+    let mut buf = Vec::with_capacity(reserved);
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(BodyError::Read)?.into_data() else {
+            continue;
+        };
+        let len = buf.len() + data.len();
+        if len > state.body_limit {
+            return Err(BodyError::TooLarge);
+        }
+        if len > reserved {
+            let more = reserve(len - reserved)?;
+            match &mut held {
+                Some(h) => h.merge(more),
+                None => held = Some(more),
+            }
+            reserved = len;
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok((buf, held))
+}
+
+/// The path of the webhook entry for namespaces labelled to opt in (`failurePolicy: Fail`): the apiserver
+/// matched the namespace's label, so the handler knows the Pod must not be let through from doubt.
+pub const OPTED_IN_PATH: &str = "/mutate/opted-in";
+
+/// Which webhook entry of the MutatingWebhookConfiguration sent a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// `pods.pdp-injector.io` (`/mutate`): any namespace; the Pod's own annotation or label decides.
+    Pods,
+    /// `namespaces.pdp-injector.io` ([`OPTED_IN_PATH`]): the apiserver saw the namespace opted in.
+    OptedIn,
+}
+
+pub(super) async fn mutate_pods(state: State<Arc<AppState>>, request: Request) -> Response {
+    mutate(state, Entry::Pods, request).await
+}
+
+pub(super) async fn mutate_opted_in(state: State<Arc<AppState>>, request: Request) -> Response {
+    mutate(state, Entry::OptedIn, request).await
+}
+
+async fn mutate(State(state): State<Arc<AppState>>, entry: Entry, request: Request) -> Response {
+    // Check the bound before reading anything: under a flood, refusing costs no body buffering.
+    let Ok(_reader) = state.readers.clone().try_acquire_owned() else {
+        return state.refuse(ApiError::overloaded(
+            "too many admission requests in flight; retry",
+        ));
+    };
+    state.metrics.in_flight(1);
+    let _in_flight = InFlight(&state.metrics);
+    let started = Instant::now();
+    let span = info_span!(
+        "admission",
+        uid = tracing::field::Empty,
+        namespace = tracing::field::Empty,
+        pod = tracing::field::Empty,
+        operation = tracing::field::Empty,
+        decision = tracing::field::Empty,
+        reason = tracing::field::Empty,
+    );
+    let deadline = query_timeout(request.uri())
+        .map(|t| t.min(state.request_timeout))
+        .unwrap_or(state.request_timeout);
+    let response = match tokio::time::timeout(deadline, answer(&state, entry, request))
+        .instrument(span.clone())
+        .await
+    {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => state.refuse(e),
+        Err(_) => {
+            let _entered = span.enter();
+            warn!(?deadline, "request did not complete within its deadline");
+            state.refuse(ApiError::new(ErrorKind::Timeout, "request timed out"))
+        }
+    };
+    state
+        .metrics
+        .observe(started.elapsed(), response.status() == StatusCode::OK);
+    response
+}
+
+async fn answer(state: &AppState, entry: Entry, request: Request) -> Result<Response, ApiError> {
+    let (body, body_budget) = receive(state, request).await?;
+    // The review itself holds a permit; a request whose body is still arriving does not.
+    let permit = state
+        .permits
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::overloaded("too many admission requests in flight; retry"))?;
+    let config = state.config();
+    let body = Arc::new(body);
+    let held = Arc::new((permit, body_budget));
+    let result = review_in_namespace(state, entry, &held, &body, &config).await?;
+    // The review is over: its permit and its body's budget go back (the answer counts on its own below).
+    drop(held);
+    review_response(state, result)
+}
+
+/// The request's body, read within the size limit and the memory budget, with the budget it holds.
+async fn receive(
+    state: &AppState,
+    request: Request,
+) -> Result<(Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>), ApiError> {
+    if !is_json(request.headers()) {
+        return Err(ApiError::new(
+            ErrorKind::UnsupportedMediaType,
+            "content type must be application/json",
+        ));
+    }
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let mut incoming = request.into_body();
+    // The body's bytes stay accounted in the shared budget until the review ends (`held` in `answer`).
+    let read = read_body(state, &mut incoming, declared).await;
+    if read.is_err() {
+        // A client still sending a body we refused must get the answer, not a reset stream (HTTP/2: curl and Go's
+        // net/http in the apiserver report a stream error) nor a connection closed under it (HTTP/1.1: a client
+        // that writes its whole body before reading, as Python's urllib does, sees an EOF instead of the 413):
+        // read the rest and throw it away in the background, bounded in time and bytes. No byte of it is kept.
+        let (deadline, most) = (state.request_timeout, state.body_limit.saturating_mul(2));
+        tokio::spawn(async move {
+            use http_body_util::BodyExt;
+            let _ = tokio::time::timeout(deadline, async {
+                let mut thrown = 0usize;
+                while let Some(Ok(frame)) = incoming.frame().await {
+                    thrown += frame.data_ref().map_or(0, |d| d.len());
+                    if thrown > most {
+                        break;
+                    }
+                }
+            })
+            .await;
+        });
+    }
+    read.map_err(|e| match e {
+        BodyError::TooLarge => {
+            ApiError::new(ErrorKind::PayloadTooLarge, "body exceeds the size limit")
+        }
+        BodyError::OverBudget => {
+            ApiError::overloaded("the memory budget for request bodies is in use; retry")
+        }
+        BodyError::Read(e) => {
+            ApiError::new(ErrorKind::BadRequest, format!("cannot read body: {e}"))
+        }
+    })
+}
+
+/// The namespace-doubt policy. The review runs on the watch's cached namespace; when the cache could not vouch
+/// for it (not seen yet, or the apiserver matched an opt-in label the cache does not show) and the answer could
+/// depend on its labels, the apiserver is asked once and the review runs again on what it says. When it cannot
+/// be read, never a guessed skip: the opted-in entry refuses the Pod (`namespace_unreadable`), and the generic
+/// entry answers an HTTP error so that its failure policy decides (`Ignore` admits as before, `Fail` refuses).
+async fn review_in_namespace<H: Send + Sync + 'static>(
+    state: &AppState,
+    entry: Entry,
+    held: &Arc<H>,
+    body: &Arc<Vec<u8>>,
+    config: &Arc<Config>,
+) -> Result<ReviewResult, ApiError> {
+    let namespaces = state.namespaces.clone();
+    let (result, doubt) = off_thread(held, body, config, move |body, config| {
+        first_review(&*namespaces, entry, body, config)
+    })
+    .await
+    .ok_or_else(review_failed)?;
+    let Some(name) = doubt.filter(|_| depends_on_labels(&result)) else {
+        return Ok(result);
+    };
+    let why = match state.namespaces.fetch(&name).await {
+        Ok(Some(info)) => {
+            return off_thread(held, body, config, move |body, config| {
+                admission::review(body, config, &|_: &str| info.clone())
+            })
+            .await
+            .ok_or_else(review_failed);
+        }
+        Ok(None) => "it does not exist".to_string(),
+        Err(e) => e,
+    };
+    if entry == Entry::Pods {
+        // Not a Pod CREATE, or an excluded namespace: the namespace cannot matter, the review stands.
+        if config.excluded_namespaces.contains(&name) || !admission::is_pod_create(body) {
+            return Ok(result);
+        }
+        let denial = Denial::namespace_doubt(&name, &why);
+        error!(namespace = %name, reason = denial.reason.code(), "{}", denial.message);
+        return Err(ApiError::new(
+            ErrorKind::NamespaceUnreadable,
+            denial.to_string(),
+        ));
+    }
+    let denial = Denial::namespace_unreadable(&name, &why);
+    error!(namespace = %name, reason = denial.reason.code(), "{}", denial.message);
+    Ok(admission::refuse(
+        body,
+        config,
+        &|_: &str| NamespaceInfo::named(&name),
+        denial,
+    ))
+}
+
+/// The first review, on the cached namespace; with the name of the namespace when the cache could not vouch
+/// for it.
+fn first_review(
+    namespaces: &dyn NamespaceSource,
+    entry: Entry,
+    body: &[u8],
+    config: &Config,
+) -> (ReviewResult, Option<String>) {
+    // The core asks for the namespace through a plain `Fn`; the cell notes whether the answer was a guess.
+    let doubt = Cell::new(None::<String>);
+    let lookup = |ns: &str| match namespaces.lookup(ns) {
+        // The apiserver matched an opt-in label that the cache does not show (yet): find out.
+        Some(info) if entry == Entry::OptedIn && !info.opted_in() => {
+            doubt.set(Some(ns.to_string()));
+            info
+        }
+        Some(info) => info,
+        None => {
+            doubt.set(Some(ns.to_string()));
+            NamespaceInfo::named(ns)
+        }
+    };
+    let result = admission::review(body, config, &lookup);
+    (result, doubt.into_inner())
+}
+
+/// The answer to a review, with its log line and metrics.
+fn review_response(state: &AppState, result: ReviewResult) -> Result<Response, ApiError> {
+    let (bytes, summary) = result.map_err(|e| {
+        warn!(error = %e, "bad admission request");
+        ApiError::new(ErrorKind::BadRequest, e.to_string())
+    })?;
+    state.metrics.review(summary.reason);
+    let span = Span::current();
+    span.record("uid", summary.uid.as_str());
+    span.record("namespace", summary.namespace.as_str());
+    span.record("pod", summary.name.as_str());
+    span.record("operation", summary.operation.as_str());
+    span.record("decision", summary.decision);
+    span.record("reason", summary.reason.code());
+    info!(
+        dry_run = summary.dry_run,
+        patch_ops = summary.patch_ops,
+        warnings = summary.warnings,
+        "admission review answered"
+    );
+    // The answer stays in memory until the client has read it: it counts in the same budget as bodies.
+    let counted = u32::try_from(bytes.len())
+        .map_err(drop)
+        .and_then(|n| {
+            state
+                .body_budget
+                .clone()
+                .try_acquire_many_owned(n)
+                .map_err(drop)
+        })
+        .map_err(|()| {
+            ApiError::overloaded("the memory budget for requests and answers is in use; retry")
+        })?;
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        counted_body(bytes, counted),
+    )
+        .into_response())
+}
+
+/// Runs `work` on the blocking pool with the request's body and config: a review's cost grows with the Pod, and
+/// on an async worker the request's deadline could not cut it off (the 504 waits for it) nor could other requests
+/// run meanwhile. `held` (the review's permit and the body's budget) is kept until `work` ends, also when the
+/// deadline answered first, so the in-flight bound and the memory budget still count what runs. `None`: `work`
+/// panicked (a bug; the request gets a 500).
+async fn off_thread<T, H>(
+    held: &Arc<H>,
+    body: &Arc<Vec<u8>>,
+    config: &Arc<Config>,
+    work: impl FnOnce(&[u8], &Config) -> T + Send + 'static,
+) -> Option<T>
+where
+    T: Send + 'static,
+    H: Send + Sync + 'static,
+{
+    let (held, body, config) = (held.clone(), body.clone(), config.clone());
+    tokio::task::spawn_blocking(move || {
+        let _held = held;
+        work(&body, &config)
+    })
+    .await
+    .ok()
+}
+
+/// Whether a review answered with an unlabelled namespace could change with the namespace's labels: not for a
+/// namespace excluded by name, a mirror Pod, an object that is not a Pod, or a request that is not a Pod CREATE.
+/// Only then is the namespace fetched (each fetch is a GET the apiserver counts against the webhook's account).
+fn depends_on_labels(result: &ReviewResult) -> bool {
+    use crate::core::Reason;
+    match result {
+        Ok((_, summary)) => !matches!(
+            summary.reason,
+            Reason::ExcludedNamespace
+                | Reason::MirrorPod
+                | Reason::InvalidObject
+                | Reason::NotAPodCreate
+        ),
+        Err(_) => false,
+    }
+}
+
+fn review_failed() -> ApiError {
+    error!("the review failed (a bug: see the panic above)");
+    ApiError::new(ErrorKind::Internal, "the review failed")
+}
+
+/// An answer's bytes with their share of the memory budget, given back when the server is done with the body.
+fn counted_body(bytes: Vec<u8>, counted: tokio::sync::OwnedSemaphorePermit) -> Body {
+    use http_body_util::BodyExt;
+    Body::new(
+        http_body_util::Full::new(axum::body::Bytes::from(bytes)).map_frame(move |frame| {
+            let _counted = &counted;
+            frame
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_comes_from_the_query() {
+        let uri: Uri = "/mutate?timeout=3s".parse().unwrap();
+        assert_eq!(query_timeout(&uri), Some(Duration::from_secs(3)));
+        let uri: Uri = "/mutate".parse().unwrap();
+        assert_eq!(query_timeout(&uri), None);
+    }
+
+    #[test]
+    fn every_error_kind_has_its_status() {
+        for (kind, status) in [
+            (ErrorKind::BadRequest, 400),
+            (ErrorKind::PayloadTooLarge, 413),
+            (ErrorKind::UnsupportedMediaType, 415),
+            (ErrorKind::Overloaded, 503),
+            (ErrorKind::Timeout, 504),
+            (ErrorKind::NamespaceUnreadable, 503),
+            (ErrorKind::Internal, 500),
+        ] {
+            let response = ApiError::new(kind, "x").into_response();
+            assert_eq!(response.status().as_u16(), status, "{kind:?}");
+        }
+    }
+}
