@@ -185,7 +185,7 @@ fn webhook_registration_fails_closed_only_where_asked() {
                            "values": ["enabled", "sidecar", "daemonset", "central"]})
     );
     // Each entry has its own path, so the handler knows when the apiserver saw the namespace opted in and never
-    // answers "not opted in" from doubt there (src/webhook/server.rs, Entry).
+    // answers "not opted in" from doubt there (src/webhook/review.rs, Entry).
     assert_eq!(
         by_policy("Fail")["clientConfig"]["service"]["path"],
         pdp_injector::webhook::server::OPTED_IN_PATH

@@ -153,7 +153,7 @@ fn every_denial_message_is_documented_exactly() {
         "docs/annotations.md lacks {prefix:?}: <field>: <parse error> (from {not_a_pod:?})"
     );
     covered.insert(Reason::InvalidObject.code());
-    // The webhook's refusal of a Pod whose opted-in namespace it cannot read (src/webhook/server.rs).
+    // The webhook's refusal of a Pod whose opted-in namespace it cannot read (src/webhook/review.rs).
     let unreadable = pdp_injector::core::Denial::namespace_unreadable("shop", "<error>");
     assert!(
         text.contains(&unreadable.to_string()),

@@ -17,6 +17,7 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
 use pdp_core::admission::{self, review};
 use pdp_core::config::Config;
+use pdp_core::core::decide::plan_profile;
 use pdp_core::core::render::render;
 use pdp_core::core::{Decision, NamespaceInfo, PodView, decide, inject_view};
 use serde::Deserialize;
@@ -82,8 +83,10 @@ fn stages(c: &mut Criterion) {
             let Decision::Inject(plan) = decide(&view, &ns, &config) else {
                 panic!("the inject class injects")
             };
+            let profile =
+                plan_profile(&view, &plan, &config).expect("the inject class has a profile");
             group.bench_function(id("render"), |b| {
-                b.iter(|| render(std::hint::black_box(&view), &plan, &config).unwrap())
+                b.iter(|| render(std::hint::black_box(&view), &plan, profile, &config).unwrap())
             });
             let outcome = inject_view(&view, &ns, &config);
             group.bench_function(id("encode"), |b| {

@@ -1,6 +1,6 @@
 //! Decide whether a Pod is wired, how, and why: the precedence table of SPEC.md as one pure function.
 
-use crate::config::{Config, Mode, PssLevel};
+use crate::config::{Config, Mode, Profile, PssLevel};
 use crate::core::codes::{Denial, Reason, Warning, WarningCode};
 use crate::core::render::{Wiring, app_env};
 use crate::core::status::Status;
@@ -401,6 +401,52 @@ pub fn decide(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Decisio
         warnings,
         required: ns.requires_injection().then(|| ns.name.clone()),
     }))
+}
+
+/// The profile of `plan`, or why the plan cannot wire this Pod: an unknown profile, a sidecar in a Pod on the
+/// host's network (it would listen on the node's ports), central mode without the address of the PDP's
+/// Service. Asked before rendering, for the plan and for each further profile of the Pod.
+pub fn plan_profile<'c>(
+    pod: &PodView<'_>,
+    plan: &Plan,
+    config: &'c Config,
+) -> Result<&'c Profile, Denial> {
+    let profile = config.profiles.get(&plan.profile).ok_or_else(|| Denial {
+        reason: Reason::UnknownProfile,
+        message: format!(
+            "unknown profile {:?}: valid profiles are {}",
+            plan.profile,
+            config.profile_names()
+        ),
+    })?;
+    let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
+    if plan.mode == Mode::Sidecar && plan.previous.is_none() && host_network {
+        let ports: Vec<String> = profile.ports.iter().map(|p| p.port.to_string()).collect();
+        return Err(Denial {
+            reason: Reason::HostNetworkSidecar,
+            message: format!(
+                "the Pod uses hostNetwork, so a sidecar PDP would listen on the node's ports {}: set annotation {ANNOTATION_INJECT}=daemonset",
+                ports.join(",")
+            ),
+        });
+    }
+    if plan.mode == Mode::Central
+        && profile
+            .central
+            .as_ref()
+            .is_none_or(|c| c.host_port().is_err())
+    {
+        return Err(Denial {
+            reason: Reason::NoCentralAddress,
+            message: format!(
+                "{ANNOTATION_INJECT}=central needs the address of the PDP's Service, but profile {:?} has no \
+                 central.address in the pdp-injector config: ask the cluster admin to set \
+                 profiles.{}.central.address (host:port), or use mode sidecar or daemonset",
+                plan.profile, plan.profile
+            ),
+        });
+    }
+    Ok(profile)
 }
 
 /// Why a status annotation is not believed.

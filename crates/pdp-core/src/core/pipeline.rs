@@ -7,7 +7,9 @@ use json_patch::{Patch, PatchOperation};
 use serde_json::Value;
 
 use crate::config::{Config, Mode, Profile, PssLevel};
-use crate::core::decide::{StatusDoubt, forged_status, missing_wiring, pod_profiles, status_key};
+use crate::core::decide::{
+    StatusDoubt, forged_status, missing_wiring, plan_profile, pod_profiles, status_key,
+};
 use crate::core::render::{Wiring, app_env, render, tls_applies};
 use crate::core::view::{PodView, pod_json};
 use crate::core::{Decision, Denial, NamespaceInfo, Plan, Reason, Status, Warning, decide};
@@ -124,10 +126,11 @@ fn patch_bytes(patch: &Patch) -> usize {
 
 /// Renders a plan that [`decide`] made for `pod`, then each further profile the Pod lists.
 pub fn wire(pod: &PodView<'_>, plan: Plan, config: &Config) -> Outcome {
-    let rendered = match render(pod, &plan, config) {
-        Ok(r) => r,
-        Err(denial) => return Outcome::Denied(denial),
-    };
+    let rendered =
+        match plan_profile(pod, &plan, config).and_then(|p| render(pod, &plan, p, config)) {
+            Ok(r) => r,
+            Err(denial) => return Outcome::Denied(denial),
+        };
     let (patch, warnings) = match wire_more(rendered.patch, rendered.warnings, pod, &plan, config) {
         Ok(r) => r,
         Err(denial) => return Outcome::Denied(denial),
@@ -327,7 +330,7 @@ fn wire_more(
         }
         let json = lent.to_string();
         let view = PodView::parse(&json).map_err(internal)?;
-        let out = render(&view, &sub, config)?;
+        let out = render(&view, &sub, plan_profile(&view, &sub, config)?, config)?;
         // Pointers from their tokens (RFC 6901 escapes `~` and `/`), as every other path of the patch.
         let status_path = super::patch::pointer(["metadata", "annotations", ANNOTATION_STATUS]);
         let own_path = super::patch::pointer(["metadata", "annotations", key.as_str()]);

@@ -1,0 +1,208 @@
+//! The variables of app containers: what the wiring gives ([`app_env`]), and how it is laid into a container's
+//! own list without replacing what the Pod author wrote.
+
+use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector};
+use serde_json::value::RawValue;
+
+use super::Wiring;
+use crate::config::{HostField, Mode, NodeAddressFamily, Profile};
+use crate::core::view::{EnvEntry, Str, parse_list};
+use crate::core::{Warning, WarningCode};
+
+/// The variables an app container receives, in the order they are prepended.
+///
+/// Central mode takes host and port from the profile's `central.address`; a profile without one gives no
+/// variables at all, and [`render`] refuses such a Pod before it gets here.
+pub fn app_env(profile: &Profile, wiring: Wiring) -> Vec<EnvVar> {
+    let Wiring {
+        mode,
+        socket: with_socket,
+        ..
+    } = wiring;
+    let names = &profile.env_names;
+    let value = |name: &str, value: String| EnvVar {
+        name: name.to_string(),
+        value: Some(value),
+        value_from: None,
+    };
+    let mut env = Vec::with_capacity(9);
+    if mode == Mode::Central {
+        let Some((central, Ok((host, port)))) =
+            profile.central.as_ref().map(|c| (c, c.host_port()))
+        else {
+            return vec![];
+        };
+        env.push(value(&names.host, host.to_string()));
+        if let Some(port_name) = &names.port {
+            env.push(value(port_name, port.to_string()));
+        }
+        // The address as the admin wrote it (brackets kept for IPv6), so that it is a valid host:port.
+        env.push(value(&names.address, central.address.clone()));
+    } else {
+        let port = profile.address_port;
+        env.push(match mode {
+            Mode::Sidecar | Mode::Central => value(&names.host, "127.0.0.1".into()),
+            Mode::Daemonset => EnvVar {
+                name: names.host.clone(),
+                value: None,
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        api_version: Some("v1".into()),
+                        field_path: profile.host_field.field_path().into(),
+                    }),
+                    ..Default::default()
+                }),
+            },
+        });
+        if let Some(port_name) = &names.port {
+            env.push(value(port_name, port.to_string()));
+        }
+        // The kubelet expands `$(HOST)` and cannot add brackets on its own: an IPv6 node address gets them
+        // here. A node name (`spec.nodeName`) is a DNS name and never takes them.
+        let bracketed =
+            wiring.family == NodeAddressFamily::IPv6 && profile.host_field == HostField::HostIp;
+        env.push(match mode {
+            Mode::Sidecar | Mode::Central => value(&names.address, format!("127.0.0.1:{port}")),
+            Mode::Daemonset if bracketed => {
+                value(&names.address, format!("[$({})]:{port}", names.host))
+            }
+            Mode::Daemonset => value(&names.address, format!("$({}):{port}", names.host)),
+        });
+        if with_socket {
+            env.push(value(&names.socket, profile.socket.path()));
+        }
+    }
+    if wiring.tls
+        && mode != Mode::Sidecar
+        && let (Some(tls), Some(t)) = (&profile.tls, profile.tls_env_names())
+    {
+        env.push(value(&t.flag, "true".into()));
+        env.push(value(&t.ca, tls.file("ca.crt")));
+        env.push(value(&t.server_name, tls.server_name.clone()));
+        if tls.client_certificate {
+            env.push(value(&t.cert, tls.file("tls.crt")));
+            env.push(value(&t.key, tls.file("tls.key")));
+        }
+    }
+    env.extend(profile.app_env.iter().cloned());
+    env
+}
+
+/// What makes two variables the same for rendering: the value, or the field a value comes from.
+#[derive(PartialEq, Eq)]
+struct EnvSource<'a> {
+    value: &'a str,
+    field: Option<&'a str>,
+    has_source: bool,
+}
+
+impl<'a> EnvSource<'a> {
+    fn of_existing(e: &'a EnvEntry<'_>) -> Self {
+        EnvSource {
+            value: e.value.as_ref().map_or("", Str::as_str),
+            field: e
+                .value_from
+                .as_ref()
+                .and_then(|v| v.field_ref.as_ref())
+                .map(|f| f.field_path.as_str()),
+            has_source: e.value_from.is_some(),
+        }
+    }
+
+    fn of_ours(e: &'a EnvVar) -> Self {
+        EnvSource {
+            value: e.value.as_deref().unwrap_or(""),
+            field: e
+                .value_from
+                .as_ref()
+                .and_then(|v| v.field_ref.as_ref())
+                .map(|f| f.field_path.as_str()),
+            has_source: e.value_from.is_some(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self.field {
+            Some(f) => format!("from {f}"),
+            None => format!("{:?}", self.value),
+        }
+    }
+}
+
+/// Where each variable the container lacks goes: prepended, so that the container's own variables can use
+/// them as `$(VAR)`; a variable the container already defines differently is kept and reported. Returns the
+/// insertions in the order they apply, each at its index in the list as it is at that point.
+pub(super) fn ensure_env<'o>(
+    container: &str,
+    existing: &[EnvEntry<'_>],
+    ours: &'o [EnvVar],
+    dependent: Option<(&str, &str)>,
+    warnings: &mut Vec<Warning>,
+) -> Vec<(usize, &'o EnvVar)> {
+    let mut missing = Vec::new();
+    for var in ours {
+        match existing.iter().find(|e| e.name.as_str() == var.name) {
+            None => missing.push(var),
+            Some(e) if EnvSource::of_existing(e) == EnvSource::of_ours(var) => {}
+            Some(e) => warnings.push(Warning {
+                code: WarningCode::EnvKept,
+                message: format!(
+                    "container {container:?} keeps its own {} ({}) instead of the injected value ({})",
+                    var.name,
+                    EnvSource::of_existing(e).describe(),
+                    EnvSource::of_ours(var).describe()
+                ),
+            }),
+        }
+    }
+    let mut names: Vec<&str> = existing.iter().map(|e| e.name.as_str()).collect();
+    let mut inserts = Vec::with_capacity(missing.len());
+    let mut at = 0;
+    for var in missing {
+        // The address refers to the host variable: when the app defines the host itself, the address must
+        // come after the app's definition for `$(HOST)` to expand.
+        let after = dependent
+            .filter(|(dep, _)| *dep == var.name)
+            .and_then(|(_, host)| names.iter().position(|n| *n == host))
+            .filter(|&h| h >= at);
+        let index = match after {
+            Some(h) => h + 1,
+            None => {
+                at += 1;
+                at - 1
+            }
+        };
+        names.insert(index, &var.name);
+        inserts.push((index, var));
+    }
+    inserts
+}
+
+/// True when `text` holds `"name"`.
+fn contains_quoted(text: &str, name: &str) -> bool {
+    text.match_indices(name)
+        .any(|(at, _)| text[..at].ends_with('"') && text[at + name.len()..].starts_with('"'))
+}
+
+/// The entries of a container's `env` that rendering must compare: those that may define one of `names`.
+/// Rendering puts its variables in front of the list, so the other entries matter to nothing but their
+/// positions, which a prepend leaves alone. A list whose text has no escape and does not hold `"NAME"` for any
+/// of `names` cannot define one (a JSON string without escapes is written literally): none of it is parsed,
+/// which is most of the work of wiring a large Pod. Any other list is parsed.
+pub(super) fn relevant_env<'a>(
+    raw: Option<&'a RawValue>,
+    names: &[&str],
+    what: impl Fn() -> String,
+) -> Result<Option<Vec<EnvEntry<'a>>>, String> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let text = raw.get();
+    if text.starts_with('[')
+        && !text.contains('\\')
+        && !names.iter().any(|n| contains_quoted(text, n))
+    {
+        return Ok(Some(Vec::new()));
+    }
+    parse_list(Some(raw), &what())
+}

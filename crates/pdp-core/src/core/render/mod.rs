@@ -1,0 +1,561 @@
+//! Render a [`Plan`] as a JSON Patch against the Pod, with typed Kubernetes objects for what it adds.
+//!
+//! Every step *ensures* rather than appends: a piece that is already there (identical, or recorded as ours in the
+//! status annotation) is left alone, so rendering an injected Pod again changes nothing. Defaults that the
+//! apiserver would fill in are written explicitly, so the stored object equals what we returned and a
+//! reinvocation compares like with like.
+
+mod env;
+mod sidecar;
+#[cfg(test)]
+mod tests;
+mod volumes;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use json_patch::Patch;
+use k8s_openapi::api::core::v1::{Container, EnvVar, Volume, VolumeMount};
+
+pub use env::app_env;
+use env::{ensure_env, relevant_env};
+pub use sidecar::sidecar_container;
+use sidecar::{Classic, classic_sidecar};
+use volumes::{ensure_mount, ensure_volume, mtls_volume, socket_volume, tls_volume};
+
+use crate::config::{Config, Mode, NodeAddressFamily, Placement, Profile, PssLevel};
+use crate::core::patch::{PatchBuilder, pointer};
+use crate::core::view::{MountEntry, PodView, SpecView, parse_list, volume_entries};
+use crate::core::{Denial, Plan, Reason, Status, Warning, WarningCode};
+use crate::names::*;
+
+/// A Pod with its PDP wiring applied.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// The JSON Patch that applies the wiring to the Pod; empty when the Pod already has all of it.
+    pub patch: Patch,
+    /// Warnings for the user.
+    pub warnings: Vec<Warning>,
+    /// What was written into the status annotation.
+    pub status: Status,
+}
+
+/// What an app container is wired with besides the profile: decided once for the Pod by the first pass, and
+/// kept by a re-wiring so that a new container gets exactly what the others got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wiring {
+    /// The mode.
+    pub mode: Mode,
+    /// The PDP's Unix socket is mounted (its path variable is set).
+    pub socket: bool,
+    /// The profile's `tls` is wired (its Secret mounted, its variables set). Never in sidecar mode.
+    pub tls: bool,
+    /// How the node's address is written in daemonset mode.
+    pub family: NodeAddressFamily,
+}
+
+impl Wiring {
+    /// The wiring of `mode` with the socket as given, TLS wherever the profile has it and the mode uses it,
+    /// and IPv4 node addresses: what the built-in config gives.
+    pub fn of(profile: &Profile, mode: Mode, socket: bool) -> Wiring {
+        Wiring {
+            mode,
+            socket,
+            tls: tls_applies(profile, mode),
+            family: NodeAddressFamily::IPv4,
+        }
+    }
+}
+
+/// Whether the profile's `tls` is wired in `mode`: on the TCP path only (daemonset, central). In sidecar mode
+/// the app reaches its PDP on 127.0.0.1 inside the Pod, where TLS protects nothing.
+pub fn tls_applies(profile: &Profile, mode: Mode) -> bool {
+    profile.tls.is_some() && mode != Mode::Sidecar
+}
+
+fn collision(message: String) -> Denial {
+    Denial {
+        reason: Reason::NameCollision,
+        message,
+    }
+}
+
+fn invalid(message: String) -> Denial {
+    Denial::invalid_object(message)
+}
+
+/// Renders `plan` for `pod` with its `profile` (resolved, and the plan judged possible, by
+/// [`decide::plan_profile`](crate::core::decide::plan_profile)). Each step is a function: the wiring of the
+/// app containers, the PDP container, the volumes, the app containers' variables and mounts, the PDP's place,
+/// the status and annotations. The denials left here are collisions with what the Pod already has.
+pub fn render(
+    pod: &PodView<'_>,
+    plan: &Plan,
+    profile: &Profile,
+    config: &Config,
+) -> Result<Rendered, Denial> {
+    let spec = pod.spec.as_ref().ok_or_else(|| Denial {
+        reason: Reason::InvalidObject,
+        message: "the Pod has no spec".into(),
+    })?;
+    let mut warnings = plan.warnings.clone();
+    let (wiring, socket) = wiring(plan, profile, config, &mut warnings);
+    let mut pdp = pdp_container(spec, plan, profile, config);
+    let volumes = pod_volumes(pod, spec, plan, profile, wiring, socket, pdp.as_mut())?;
+    let ours = app_env(profile, wiring);
+    let mut containers_ops = PatchBuilder::default();
+    let wired = wire_app_containers(
+        pod,
+        plan,
+        profile,
+        wiring,
+        &ours,
+        &mut containers_ops,
+        &mut warnings,
+    )?;
+    let classic_added = pdp.as_ref().is_some_and(|p| p.classic.is_some());
+    let placed = place_pdp(
+        spec,
+        profile,
+        pdp,
+        volumes.add_tools_init,
+        &mut containers_ops,
+    )?;
+    let status = status_of(
+        plan,
+        config,
+        placed.sidecar,
+        &volumes,
+        &wired,
+        &ours,
+        &warnings,
+    );
+
+    let mut patch = PatchBuilder::default();
+    if plan.previous.is_none() || !wired.is_empty() {
+        annotate(pod, &status, &volumes.added, classic_added, &mut patch);
+    }
+    if placed.share_processes {
+        patch.add(pointer(["spec", "shareProcessNamespace"]), &true);
+    }
+    patch.append(placed.init_ops);
+    patch.append(containers_ops);
+    patch.extend(pointer(["spec", "volumes"]), volumes.count, &volumes.new);
+    Ok(Rendered {
+        patch: patch.finish(),
+        warnings,
+        status,
+    })
+}
+
+/// The app containers' wiring, and the socket volume when the Pod gets one. A re-wiring gives new containers
+/// exactly what the first pass gave the others.
+fn wiring(
+    plan: &Plan,
+    profile: &Profile,
+    config: &Config,
+    warnings: &mut Vec<Warning>,
+) -> (Wiring, Option<Volume>) {
+    let previous = plan.previous.as_ref();
+    let downgraded = plan.mode == Mode::Daemonset && plan.pss > PssLevel::Privileged;
+    if downgraded && previous.is_none() && profile.host_socket {
+        warnings.push(Warning {
+            code: WarningCode::DowngradedPss,
+            message: format!(
+                "Pod Security level {:?} forbids hostPath: the PDP socket {} is not mounted; use {} (TCP)",
+                plan.pss.as_str(),
+                profile.socket.path(),
+                profile.env_names.address
+            ),
+        });
+    }
+    // A profile whose node-local PDP serves no socket: TCP only, and nothing to warn about.
+    let socket = socket_volume(profile, plan.mode, downgraded || !profile.host_socket);
+    let with_socket = match previous {
+        Some(prev) => prev.env.contains(&profile.env_names.socket),
+        None => socket.is_some(),
+    };
+    let with_tls = match previous {
+        Some(prev) => profile
+            .tls_env_names()
+            .is_some_and(|t| prev.env.contains(&t.flag)),
+        None => tls_applies(profile, plan.mode),
+    };
+    let wiring = Wiring {
+        mode: plan.mode,
+        socket: with_socket,
+        tls: with_tls && profile.tls.is_some(),
+        family: config.node_address_family,
+    };
+    (wiring, socket)
+}
+
+/// The PDP container a first sidecar-mode pass adds, with what its classic form needs besides.
+struct PdpContainer {
+    container: Container,
+    classic: Option<Classic>,
+}
+
+fn pdp_container(
+    spec: &SpecView<'_>,
+    plan: &Plan,
+    profile: &Profile,
+    config: &Config,
+) -> Option<PdpContainer> {
+    if plan.mode != Mode::Sidecar || plan.previous.is_some() {
+        return None;
+    }
+    let policy = spec.restart_policy.as_ref().map(|p| p.as_str());
+    let run_to_completion = matches!(policy, Some("Never" | "OnFailure"));
+    let on_failure = policy == Some("OnFailure");
+    let mut container = sidecar_container(profile);
+    let classic = (!profile.sidecar.native).then(|| {
+        classic_sidecar(
+            &mut container,
+            profile,
+            config,
+            run_to_completion,
+            on_failure,
+        )
+    });
+    Some(PdpContainer { container, classic })
+}
+
+/// The volumes a first pass adds to the Pod.
+struct PodVolumes {
+    /// The volumes to add, in order.
+    new: Vec<Volume>,
+    /// Their names.
+    added: Vec<String>,
+    /// The Pod's own volumes, `None` when it has no list.
+    count: Option<usize>,
+    /// Whether the classic sidecar's helper init container is added (an earlier profile of this Pod,
+    /// `cerbos,flagd`, may have added it already).
+    add_tools_init: bool,
+}
+
+fn pod_volumes(
+    pod: &PodView<'_>,
+    spec: &SpecView<'_>,
+    plan: &Plan,
+    profile: &Profile,
+    wiring: Wiring,
+    socket: Option<Volume>,
+    pdp: Option<&mut PdpContainer>,
+) -> Result<PodVolumes, Denial> {
+    let classic = pdp.and_then(|p| p.classic.as_ref());
+    let mut out = PodVolumes {
+        new: Vec::new(),
+        added: Vec::new(),
+        count: None,
+        add_tools_init: classic.is_some(),
+    };
+    if plan.previous.is_some() {
+        return Ok(out);
+    }
+    let entries = volume_entries(spec.volumes).map_err(invalid)?;
+    out.count = entries.as_ref().map(Vec::len);
+    let existing = entries.unwrap_or_default();
+    let v = &mut out.new;
+    if let Some(s) = socket {
+        ensure_volume(&existing, v, s, "the PDP socket")?;
+    }
+    if plan.mode == Mode::Sidecar {
+        for pv in &profile.volumes {
+            ensure_volume(&existing, v, pv.volume.clone(), "the PDP's own files")?;
+        }
+    }
+    if let Some(c) = classic {
+        let had_tools = existing.iter().any(|e| e.name.as_str() == VOLUME_TOOLS);
+        for volume in &c.volumes {
+            ensure_volume(&existing, v, volume.clone(), "the classic sidecar's helper")?;
+        }
+        let named = pod
+            .init_containers()
+            .iter()
+            .chain(pod.containers())
+            .any(|x| x.name.as_str() == INIT_TOOLS);
+        if named && !had_tools {
+            return Err(collision(format!(
+                "the Pod already has a container named {INIT_TOOLS:?}, which pdp-injector adds for its \
+                 classic sidecar: rename the Pod's container"
+            )));
+        }
+        out.add_tools_init = !named;
+    }
+    if let Some(m) = mtls_volume(profile) {
+        ensure_volume(&existing, v, m, "the mTLS client certificate")?;
+    }
+    if let Some(t) = tls_volume(profile).filter(|_| wiring.tls) {
+        ensure_volume(&existing, v, t, "the PDP's TLS certificates")?;
+    }
+    out.added = out.new.iter().map(|v| v.name.clone()).collect();
+    Ok(out)
+}
+
+/// Lays the variables and mounts into each app container the plan names and a re-wiring has not wired yet;
+/// returns their names.
+fn wire_app_containers(
+    pod: &PodView<'_>,
+    plan: &Plan,
+    profile: &Profile,
+    wiring: Wiring,
+    ours: &[EnvVar],
+    ops: &mut PatchBuilder,
+    warnings: &mut Vec<Warning>,
+) -> Result<Vec<String>, Denial> {
+    let dependent = (plan.mode == Mode::Daemonset).then_some((
+        profile.env_names.address.as_str(),
+        profile.env_names.host.as_str(),
+    ));
+    let our_names: Vec<&str> = ours.iter().map(|e| e.name.as_str()).collect();
+    let mut wired = Vec::new();
+    // Sets, so that the loop stays linear in the Pod's containers.
+    let wanted: BTreeSet<&str> = plan.containers.iter().map(String::as_str).collect();
+    let done: BTreeSet<&str> = plan
+        .previous
+        .as_ref()
+        .map(|s| s.containers.iter().map(String::as_str).collect())
+        .unwrap_or_default();
+    for (i, container) in pod.containers().iter().enumerate() {
+        let name = container.name.as_str();
+        if !wanted.contains(name) || done.contains(name) {
+            continue;
+        }
+        let index = i.to_string();
+        let env = relevant_env(container.env, &our_names, || {
+            format!("spec.containers[{i}].env")
+        })
+        .map_err(invalid)?;
+        let env_path = pointer(["spec", "containers", &index, "env"]);
+        let inserts = ensure_env(
+            name,
+            env.as_deref().unwrap_or_default(),
+            ours,
+            dependent,
+            warnings,
+        );
+        match env {
+            None => {
+                let mut list: Vec<&EnvVar> = Vec::new();
+                for (at, var) in inserts {
+                    list.insert(at, var);
+                }
+                ops.extend(env_path, None, &list);
+            }
+            Some(_) => {
+                for (at, var) in inserts {
+                    ops.insert(&env_path, at, var);
+                }
+            }
+        }
+
+        let mounts = parse_list::<MountEntry<'_>>(
+            container.volume_mounts,
+            &format!("spec.containers[{i}].volumeMounts"),
+        )
+        .map_err(invalid)?;
+        let existing = mounts.as_deref().unwrap_or_default();
+        let mut added = Vec::new();
+        let read_only = |name: &str, mount_path: &str| VolumeMount {
+            name: name.into(),
+            mount_path: mount_path.into(),
+            read_only: Some(true),
+            ..Default::default()
+        };
+        if wiring.socket {
+            let mount = read_only(VOLUME_SOCKET, &profile.socket.dir);
+            ensure_mount(name, existing, &mut added, mount)?;
+        }
+        if let Some(m) = &profile.mtls {
+            ensure_mount(
+                name,
+                existing,
+                &mut added,
+                read_only(VOLUME_MTLS, &m.mount_path),
+            )?;
+        }
+        if let Some(t) = profile.tls.as_ref().filter(|_| wiring.tls) {
+            ensure_mount(
+                name,
+                existing,
+                &mut added,
+                read_only(VOLUME_TLS, &t.mount_path),
+            )?;
+        }
+        ops.extend(
+            pointer(["spec", "containers", &index, "volumeMounts"]),
+            mounts.as_ref().map(Vec::len),
+            &added,
+        );
+        wired.push(name.to_string());
+    }
+    Ok(wired)
+}
+
+/// Where the PDP container went.
+struct Placed {
+    /// Its name, when one was added.
+    sidecar: Option<String>,
+    /// The init containers' patch.
+    init_ops: PatchBuilder,
+    /// `spec.shareProcessNamespace` is to be set (the classic form's watch container needs it).
+    share_processes: bool,
+}
+
+/// Puts the PDP container in its place: a native sidecar among the init containers, a classic one first
+/// among the containers with its watch container last and its helper's init container.
+fn place_pdp(
+    spec: &SpecView<'_>,
+    profile: &Profile,
+    pdp: Option<PdpContainer>,
+    add_tools_init: bool,
+    containers_ops: &mut PatchBuilder,
+) -> Result<Placed, Denial> {
+    let mut placed = Placed {
+        sidecar: None,
+        init_ops: PatchBuilder::default(),
+        share_processes: false,
+    };
+    let Some(PdpContainer { container, classic }) = pdp else {
+        return Ok(placed);
+    };
+    placed.sidecar = Some(container.name.clone());
+    let init_ops = &mut placed.init_ops;
+    if profile.sidecar.native {
+        let list = pointer(["spec", "initContainers"]);
+        match (
+            spec.init_containers.as_ref().map(Vec::len),
+            profile.sidecar.placement,
+        ) {
+            (None, _) => init_ops.add(list, &[&container]),
+            (Some(n), Placement::AfterInit) => init_ops.insert(&list, n, &container),
+            (Some(_), Placement::First) => init_ops.insert(&list, 0, &container),
+        }
+        return Ok(placed);
+    }
+    // First among the containers: the kubelet starts them in order, each only once the previous one's
+    // postStart hook has returned. After the app containers' patches, whose indices are the Pod's own.
+    let list = pointer(["spec", "containers"]);
+    let n = spec.containers.as_ref().map(Vec::len);
+    match n {
+        Some(n) if n > 0 => containers_ops.insert(&list, 0, &container),
+        n => containers_ops.extend(list.clone(), n, &[container]),
+    }
+    let Some(c) = classic else {
+        return Ok(placed);
+    };
+    if let Some(watch) = c.watch {
+        // Last among the containers: the kubelet starts it after every app container.
+        containers_ops.insert(&list, n.unwrap_or(0) + 1, &watch);
+        match spec.share_process_namespace {
+            Some(true) => {}
+            None => placed.share_processes = true,
+            Some(false) => {
+                return Err(Denial {
+                    reason: Reason::ProcessNamespaceOff,
+                    message: format!(
+                        "the Pod sets shareProcessNamespace: false, but the classic sidecar {:?} of a \
+                         Pod that runs to completion (restartPolicy Never or OnFailure) is stopped by \
+                         a container that watches the app's processes in the Pod's shared process \
+                         namespace: remove the field (on Kubernetes 1.29+ the native sidecar needs none \
+                         of this)",
+                        profile.container_name
+                    ),
+                });
+            }
+        }
+    }
+    if add_tools_init {
+        let n = spec.init_containers.as_ref().map(Vec::len);
+        placed
+            .init_ops
+            .extend(pointer(["spec", "initContainers"]), n, &[c.init]);
+    }
+    Ok(placed)
+}
+
+/// The status annotation's value: the previous one with the newly wired containers, or a fresh one.
+fn status_of(
+    plan: &Plan,
+    config: &Config,
+    sidecar: Option<String>,
+    volumes: &PodVolumes,
+    wired: &[String],
+    ours: &[EnvVar],
+    warnings: &[Warning],
+) -> Status {
+    if let Some(prev) = &plan.previous {
+        let mut s = prev.clone();
+        s.containers.extend(wired.iter().cloned());
+        return s;
+    }
+    Status {
+        mode: plan.mode,
+        profile: plan.profile.clone(),
+        reason: match plan.mode {
+            Mode::Sidecar => Reason::InjectedSidecar,
+            Mode::Daemonset => Reason::InjectedDaemonset,
+            Mode::Central => Reason::InjectedCentral,
+        },
+        config_hash: config.hash.clone(),
+        version: VERSION.into(),
+        sidecar,
+        volumes: volumes.added.clone(),
+        containers: wired.to_vec(),
+        env: ours.iter().map(|e| e.name.clone()).collect(),
+        warnings: warnings.iter().map(|w| w.code).collect(),
+    }
+}
+
+/// The annotations the wiring sets: the status, the socket's entry in the autoscaler's safe-to-evict list, and
+/// the default container of a Pod whose first container is now a classic sidecar.
+fn annotate(
+    pod: &PodView<'_>,
+    status: &Status,
+    added_volumes: &[String],
+    classic_added: bool,
+    patch: &mut PatchBuilder,
+) {
+    let mut changed: BTreeMap<&str, String> = BTreeMap::new();
+    let status_json = serde_json::to_string(status).expect("status serializes");
+    if pod.annotation(ANNOTATION_STATUS) != Some(status_json.as_str()) {
+        changed.insert(ANNOTATION_STATUS, status_json);
+    }
+    if added_volumes.iter().any(|v| v == VOLUME_SOCKET) {
+        let mut entry = pod
+            .annotation(ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES)
+            .unwrap_or_default()
+            .to_string();
+        if !entry.split(',').any(|v| v.trim() == VOLUME_SOCKET) {
+            if !entry.is_empty() {
+                entry.push(',');
+            }
+            entry.push_str(VOLUME_SOCKET);
+            changed.insert(ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES, entry);
+        }
+    }
+    // A classic sidecar is first among the containers, where `kubectl logs` and `exec` would pick it.
+    if classic_added
+        && pod.annotation(ANNOTATION_DEFAULT_CONTAINER).is_none()
+        && let Some(first) = pod.containers().first()
+    {
+        changed.insert(
+            ANNOTATION_DEFAULT_CONTAINER,
+            first.name.as_str().to_string(),
+        );
+    }
+    let meta = pod.metadata.as_ref();
+    match (meta, meta.and_then(|m| m.annotations.as_ref())) {
+        _ if changed.is_empty() => {}
+        (None, _) => patch.add(
+            pointer(["metadata"]),
+            &BTreeMap::from([("annotations", &changed)]),
+        ),
+        (Some(_), None) => patch.add(pointer(["metadata", "annotations"]), &changed),
+        (Some(_), Some(_)) => {
+            for (key, value) in &changed {
+                patch.add(pointer(["metadata", "annotations", key]), value);
+            }
+        }
+    }
+}

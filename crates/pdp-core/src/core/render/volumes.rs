@@ -1,0 +1,136 @@
+//! The Pod's volumes and the app containers' mounts: the PDP's socket, its own files, the client and server
+//! certificates; each ensured (left alone when already there, refused when something else has its name).
+
+use k8s_openapi::api::core::v1::{
+    EmptyDirVolumeSource, HostPathVolumeSource, KeyToPath, SecretVolumeSource, Volume, VolumeMount,
+};
+
+use super::collision;
+use crate::config::{Mode, Profile};
+use crate::core::Denial;
+use crate::core::view::{MountEntry, VolumeEntry};
+use crate::names::*;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+/// The socket volume for the mode, or `None` when the mode has no socket (TCP only).
+pub(super) fn socket_volume(profile: &Profile, mode: Mode, downgraded: bool) -> Option<Volume> {
+    match mode {
+        Mode::Daemonset if !downgraded => Some(Volume {
+            name: VOLUME_SOCKET.into(),
+            host_path: Some(HostPathVolumeSource {
+                path: profile.socket.dir.clone(),
+                type_: Some("Directory".into()),
+            }),
+            ..Default::default()
+        }),
+        Mode::Sidecar if profile.sidecar.unix_socket => Some(Volume {
+            name: VOLUME_SOCKET.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                size_limit: Some(Quantity("1Mi".into())),
+            }),
+            ..Default::default()
+        }),
+        _ => None,
+    }
+}
+
+pub(super) fn mtls_volume(profile: &Profile) -> Option<Volume> {
+    profile.mtls.as_ref().map(|m| Volume {
+        name: VOLUME_MTLS.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(m.secret_name.clone()),
+            default_mode: Some(0o440),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// The profile's TLS Secret, projected to the keys the app needs: `ca.crt`, and the client certificate and key
+/// only when the PDP asks for them, so a key the Secret holds anyway (cert-manager always writes `tls.key`) is
+/// not handed to apps that do not use it. A missing key or Secret holds the Pod in ContainerCreating: the app
+/// never starts without the TLS it was configured for. Mode 0444: app containers run as users of their own,
+/// usually without an fsGroup, and must read the files; the Secret is the app's own material.
+pub(super) fn tls_volume(profile: &Profile) -> Option<Volume> {
+    profile.tls.as_ref().map(|t| Volume {
+        name: VOLUME_TLS.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(t.secret_name.clone()),
+            default_mode: Some(0o444),
+            items: Some(
+                t.keys()
+                    .iter()
+                    .map(|k| KeyToPath {
+                        key: (*k).into(),
+                        path: (*k).into(),
+                        mode: None,
+                    })
+                    .collect(),
+            ),
+            optional: None,
+        }),
+        ..Default::default()
+    })
+}
+
+/// Adds `volume` unless an identical one is already there; a different volume of that name is a clash.
+pub(super) fn ensure_volume(
+    existing: &[VolumeEntry<'_>],
+    added: &mut Vec<Volume>,
+    volume: Volume,
+    purpose: &str,
+) -> Result<(), Denial> {
+    let clash = || {
+        collision(format!(
+            "the Pod already has a volume named {:?}, which pdp-injector needs for {purpose}: rename the Pod's volume",
+            volume.name
+        ))
+    };
+    if let Some(v) = existing.iter().find(|v| v.name.as_str() == volume.name) {
+        // Only a volume of the same name is parsed whole, to compare.
+        let same = serde_json::from_str::<Volume>(v.raw.get()).is_ok_and(|v| v == volume);
+        return if same { Ok(()) } else { Err(clash()) };
+    }
+    match added.iter().find(|v| v.name == volume.name) {
+        None => added.push(volume),
+        Some(v) if *v == volume => {}
+        Some(_) => return Err(clash()),
+    }
+    Ok(())
+}
+
+/// Appends a mount to an app container unless it is already there; a different mount at the same path is a
+/// clash. `added` holds the mounts this rendering appends to the container.
+pub(super) fn ensure_mount(
+    container: &str,
+    existing: &[MountEntry<'_>],
+    added: &mut Vec<VolumeMount>,
+    mount: VolumeMount,
+) -> Result<(), Denial> {
+    let all = existing
+        .iter()
+        .map(|m| (m.name.as_str(), m.mount_path.as_str()))
+        .chain(
+            added
+                .iter()
+                .map(|m| (m.name.as_str(), m.mount_path.as_str())),
+        );
+    let mut same_name = false;
+    for (name, path) in all {
+        if path == mount.mount_path {
+            if name == mount.name {
+                return Ok(());
+            }
+            return Err(collision(format!(
+                "container {container:?} already mounts volume {name:?} at {}, where pdp-injector mounts {:?}",
+                mount.mount_path, mount.name
+            )));
+        }
+        same_name |= name == mount.name;
+    }
+    if !same_name {
+        added.push(mount);
+    }
+    Ok(())
+}
