@@ -18,8 +18,8 @@ use rustls_pki_types::ServerName;
 use serde::de::DeserializeOwned;
 
 use super::analyse::{
-    ClusterView, ConfigSource, FRONT_COMPONENT_LABEL, LiveProbe, Names, PDP_COMPONENT_LABEL, Read,
-    endpoint,
+    ClusterView, ConfigSource, FRONT_COMPONENT_LABEL, Judge, LiveProbe, Names, PDP_COMPONENT_LABEL,
+    Read, endpoint,
 };
 use super::certs;
 use super::workloads::Owners;
@@ -50,19 +50,40 @@ fn why(e: kube::Error) -> String {
     }
 }
 
+/// Lists page by page, handing each page to `each`: what is held at once is one page.
+async fn each_page<K>(api: Api<K>, params: ListParams, mut each: impl FnMut(Vec<K>)) -> Read<()>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = params.limit(PAGE);
+    loop {
+        let page = api.list(&params).await.map_err(why)?;
+        each(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(()),
+        }
+    }
+}
+
 async fn list<K>(api: Api<K>, params: ListParams) -> Read<Vec<K>>
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let mut out = Vec::new();
-    let mut params = params.limit(PAGE);
-    loop {
-        let page = api.list(&params).await.map_err(why)?;
-        out.extend(page.items);
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(out),
-        }
+    each_page(api, params, |items| out.extend(items)).await?;
+    Ok(out)
+}
+
+/// Feeds the Pods in scope to `judge` a page at a time: `check`'s memory is one page and the findings, not
+/// the cluster's Pods (BENCHMARKS.md, "check at cluster scale").
+pub async fn judge_pods(client: &kube::Client, scope: &Option<String>, judge: &mut Judge<'_>) {
+    let read = each_page(scoped::<Pod>(client, scope), ListParams::default(), |page| {
+        judge.pods(&page)
+    })
+    .await;
+    if let Err(e) = read {
+        judge.pods_failed(e);
     }
 }
 
@@ -133,16 +154,18 @@ pub async fn gather(client: &kube::Client, options: Options) -> ClusterView {
         _ => None,
     };
     let namespaces = list(Api::<Namespace>::all(client.clone()), ListParams::default()).await;
-    let pods = list(scoped::<Pod>(client, &scope), ListParams::default()).await;
     let mut owners = Owners::default();
-    // Only what sits between a Pod and its workload; unreadable ones leave the Pod grouped under them.
-    if let Ok(sets) = list(scoped::<ReplicaSet>(client, &scope), ListParams::default()).await {
+    // Only what sits between a Pod and its workload, recorded a page at a time; unreadable ones leave the Pod
+    // grouped under them.
+    let _ = each_page(scoped::<ReplicaSet>(client, &scope), ListParams::default(), |sets| {
         sets.iter()
-            .for_each(|r| owners.record("ReplicaSet", &r.metadata));
-    }
-    if let Ok(jobs) = list(scoped::<Job>(client, &scope), ListParams::default()).await {
-        jobs.iter().for_each(|j| owners.record("Job", &j.metadata));
-    }
+            .for_each(|r| owners.record("ReplicaSet", &r.metadata))
+    })
+    .await;
+    let _ = each_page(scoped::<Job>(client, &scope), ListParams::default(), |jobs| {
+        jobs.iter().for_each(|j| owners.record("Job", &j.metadata))
+    })
+    .await;
     let nodes = list(Api::<Node>::all(client.clone()), ListParams::default()).await;
     // The PDP DaemonSets and the node-local fronts beside them.
     let selector = format!(
@@ -205,7 +228,8 @@ pub async fn gather(client: &kube::Client, options: Options) -> ClusterView {
         live,
         deployment,
         namespaces,
-        pods,
+        // Not read here: `judge_pods` feeds them to the judge a page at a time.
+        pods: Ok(Vec::new()),
         owners,
         nodes,
         daemonsets,

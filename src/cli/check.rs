@@ -113,8 +113,11 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<u8> {
             config,
             probe_timeout: args.probe_timeout,
         };
+        let scope = options.scope.clone();
         let view = gather::gather(&client, options).await;
-        anyhow::Ok(analyse::analyse(&view))
+        let mut judge = analyse::Judge::new(&view);
+        gather::judge_pods(&client, &scope, &mut judge).await;
+        anyhow::Ok(judge.report())
     })?;
     let text = match args.output {
         OutputFormat::Json => report.to_json() + "\n",

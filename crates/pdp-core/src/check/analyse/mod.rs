@@ -29,6 +29,7 @@ pub use install::endpoint;
 use install::*;
 use namespaces::*;
 use nodes::*;
+pub use pod_section::PodTally;
 use pod_section::*;
 pub use view::*;
 
@@ -108,31 +109,90 @@ fn days(seconds: i64) -> String {
     }
 }
 
-/// The report for what was read.
+/// The report for what was read, with the Pods of `view.pods` (read in advance: fixtures, small clusters).
 pub fn analyse(view: &ClusterView) -> Report {
-    let mut install = Section::new("install");
-    let mut nodes = Section::new("nodes");
-    let mut namespaces = Section::new("namespaces");
-    let mut pods = Section::new("pods");
-    let config = config(view, &mut install);
-    let all: &[Namespace] = match &view.namespaces {
-        Ok(n) => n,
-        Err(e) => {
-            namespaces.push(Finding::new(
-                Severity::Error,
-                Code::NamespacesUnreadable,
-                "namespaces",
-                format!("cannot list namespaces: {e}"),
-            ));
-            &[]
+    let mut judge = Judge::new(view);
+    match &view.pods {
+        Ok(pods) => judge.pods(pods),
+        Err(e) => judge.pods_failed(e.clone()),
+    }
+    judge.report()
+}
+
+/// The judging of one cluster with its Pods fed a page at a time ([`Judge::pods`]), so that `check` holds one
+/// page of Pods and the findings, whatever the cluster's size; `view.pods` is not read.
+pub struct Judge<'v> {
+    view: &'v ClusterView,
+    /// The config the webhook uses in this cluster, `None` when none is usable.
+    config: Option<Config>,
+    /// The Install section's findings about the config.
+    install: Section,
+    /// The namespaces' labels.
+    labels: BTreeMap<String, BTreeMap<String, String>>,
+    tally: PodTally,
+}
+
+impl<'v> Judge<'v> {
+    /// Starts judging what was read.
+    pub fn new(view: &'v ClusterView) -> Judge<'v> {
+        let mut install = Section::new("install");
+        let config = config(view, &mut install);
+        let labels = view
+            .namespaces
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|n| Some((n.metadata.name.clone()?, labels_of(n))))
+            .collect();
+        Judge {
+            view,
+            config,
+            install,
+            labels,
+            tally: PodTally::default(),
         }
-    };
-    self::install(view, &mut install, all);
-    install.summary = format!("webhook namespace {}", view.names.namespace);
-    nodes_section(view, config.as_ref(), all, &mut nodes);
-    namespaces_section(view, config.as_ref(), all, &mut namespaces);
-    pods_section(view, config.as_ref(), all, &mut pods);
-    Report::new(vec![install, nodes, namespaces, pods])
+    }
+
+    /// Judges a page of Pods.
+    pub fn pods(&mut self, page: &[Pod]) {
+        for pod in page {
+            self.tally
+                .add(self.view, self.config.as_ref(), &self.labels, pod);
+        }
+    }
+
+    /// The Pods could not be listed: the Pods section says so.
+    pub fn pods_failed(&mut self, why: String) {
+        self.tally.failed(why);
+    }
+
+    /// The report.
+    pub fn report(self) -> Report {
+        let view = self.view;
+        let mut install = self.install;
+        let mut nodes = Section::new("nodes");
+        let mut namespaces = Section::new("namespaces");
+        let mut pods = Section::new("pods");
+        let all: &[Namespace] = match &view.namespaces {
+            Ok(n) => n,
+            Err(e) => {
+                namespaces.push(Finding::new(
+                    Severity::Error,
+                    Code::NamespacesUnreadable,
+                    "namespaces",
+                    format!("cannot list namespaces: {e}"),
+                ));
+                &[]
+            }
+        };
+        self::install(view, &mut install, all);
+        install.summary = format!("webhook namespace {}", view.names.namespace);
+        let config = self.config.as_ref();
+        nodes_section(view, config, all, &self.tally, &mut nodes);
+        namespaces_section(view, config, all, &mut namespaces);
+        pods_section(self.tally, config.is_some(), &mut pods);
+        Report::new(vec![install, nodes, namespaces, pods])
+    }
 }
 
 #[cfg(test)]

@@ -56,30 +56,13 @@ pub(super) fn nodes_section(
     view: &ClusterView,
     config: Option<&Config>,
     all: &[Namespace],
+    tally: &PodTally,
     section: &mut Section,
 ) {
     // Profiles in daemonset use: those of daemonset-wired Pods, and the default profile where a namespace in
     // scope asks for daemonset mode.
-    let mut profiles: BTreeSet<String> = BTreeSet::new();
-    let mut wired_on: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    for pod in view
-        .pods
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .filter(|p| !is_done(p))
-    {
-        let Some(s) = pods::status_of(pod).filter(|s| s.mode == Mode::Daemonset) else {
-            continue;
-        };
-        profiles.insert(s.profile.clone());
-        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
-            wired_on
-                .entry((s.profile, node))
-                .or_default()
-                .push(pod_name(pod));
-        }
-    }
+    let mut profiles = tally.daemonset_profiles.clone();
+    let wired_on = &tally.wired_on;
     if let Some(config) = config {
         for ns in all
             .iter()
@@ -149,7 +132,7 @@ pub(super) fn nodes_section(
             continue;
         };
         let covered = node_coverage(
-            section, nodes, &wired_on, profile, ds, pdp_pods, revisions, &PDP_ROLE,
+            section, nodes, wired_on, profile, ds, pdp_pods, revisions, &PDP_ROLE,
         );
         let (ds_ns, ds_name) = (
             ds.metadata.namespace.clone().unwrap_or_default(),
@@ -174,7 +157,7 @@ pub(super) fn nodes_section(
             let covered = node_coverage(
                 section,
                 nodes,
-                &wired_on,
+                wired_on,
                 profile,
                 front,
                 pdp_pods,

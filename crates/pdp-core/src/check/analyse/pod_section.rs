@@ -30,45 +30,57 @@ pub(super) fn selected(
         })
 }
 
-/// Pods whose wiring differs from what the webhook would do now, by workload.
-pub(super) fn pods_section(
-    view: &ClusterView,
-    config: Option<&Config>,
-    all: &[Namespace],
-    section: &mut Section,
-) {
-    let pods = match &view.pods {
-        Err(e) => {
-            section.push(Finding::new(
-                Severity::Error,
-                Code::PodsUnreadable,
-                "pods",
-                format!("cannot list Pods: {e}"),
-            ));
+/// What the Pods showed, judged one at a time as they are read (a page at a time), so that memory holds the
+/// findings and the tallies and never the cluster's Pods: for 150,000 Pods a list would take gigabytes.
+#[derive(Debug, Default)]
+pub struct PodTally {
+    /// Pods seen.
+    seen: usize,
+    /// Pods compared with what the webhook would do now.
+    compared: usize,
+    /// Pods finished or terminating, not compared.
+    done: usize,
+    /// Pods that differ, by drift and workload: their names, the first one's detail, and whether no entry of
+    /// the webhook configuration selects them.
+    groups: BTreeMap<(Drift, Workload), (Vec<String>, String, bool)>,
+    /// Pods whose classic sidecar outlived its apps: name and what ended.
+    unstopped: Vec<(String, String)>,
+    /// Profiles of daemonset-wired Pods.
+    pub(super) daemonset_profiles: BTreeSet<String>,
+    /// The daemonset-wired Pods of each (profile, node).
+    pub(super) wired_on: BTreeMap<(String, String), Vec<String>>,
+    /// Why the Pods could not be listed.
+    failed: Option<String>,
+}
+
+impl PodTally {
+    /// Judges one Pod: `config` is the webhook's in this cluster (`None`: none usable, Pods are only counted),
+    /// `labels` the namespaces' labels.
+    pub(super) fn add(
+        &mut self,
+        view: &ClusterView,
+        config: Option<&Config>,
+        labels: &BTreeMap<String, BTreeMap<String, String>>,
+        pod: &Pod,
+    ) {
+        self.seen += 1;
+        if is_done(pod) {
+            self.done += 1;
             return;
         }
-        Ok(p) => p,
-    };
-    let Some(config) = config else {
-        section.summary = format!(
-            "{} not compared: no usable config",
-            plural(pods.len(), "Pod")
-        );
-        return;
-    };
-    let labels: BTreeMap<&str, BTreeMap<String, String>> = all
-        .iter()
-        .filter_map(|n| Some((n.metadata.name.as_deref()?, labels_of(n))))
-        .collect();
-    let mut groups: BTreeMap<(Drift, Workload), (Vec<String>, String, bool)> = BTreeMap::new();
-    let (mut compared, mut done) = (0, 0);
-    let mut unstopped: Vec<(String, String)> = Vec::new();
-    for pod in pods {
-        if is_done(pod) {
-            done += 1;
-            continue;
+        if let Some(s) = pods::status_of(pod).filter(|s| s.mode == Mode::Daemonset) {
+            self.daemonset_profiles.insert(s.profile.clone());
+            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                self.wired_on
+                    .entry((s.profile, node))
+                    .or_default()
+                    .push(pod_name(pod));
+            }
         }
-        compared += 1;
+        let Some(config) = config else {
+            return;
+        };
+        self.compared += 1;
         if let Some(apps) = classic_sidecars::apps_done(pod)
             && ended_before(
                 pod,
@@ -79,24 +91,50 @@ pub(super) fn pods_section(
                     },
             )
         {
-            unstopped.push((pod_name(pod), apps));
+            self.unstopped.push((pod_name(pod), apps));
         }
-        let ns_name = pod.metadata.namespace.clone().unwrap_or_default();
+        let ns_name = pod.metadata.namespace.as_deref().unwrap_or_default();
         let empty = BTreeMap::new();
-        let ns_labels = labels.get(ns_name.as_str()).unwrap_or(&empty);
-        let info = NamespaceInfo::from_labels(&ns_name, ns_labels);
+        let ns_labels = labels.get(ns_name).unwrap_or(&empty);
+        let info = NamespaceInfo::from_labels(ns_name, ns_labels);
         let Some(d) = pods::compare(pod, &info, config) else {
-            continue;
+            return;
         };
         let unselected = d.drift == Drift::NotWired && !selected(view, ns_labels, pod);
         let w = workloads::workload_of(pod, &view.owners);
-        let entry = groups
+        let entry = self
+            .groups
             .entry((d.drift, w))
             .or_insert_with(|| (Vec::new(), d.detail.clone(), false));
         entry.0.push(pod.metadata.name.clone().unwrap_or_default());
         entry.2 |= unselected;
     }
-    for ((drift, w), (names, detail, unselected)) in groups {
+
+    /// The Pods could not be listed (or a later page could not be read).
+    pub(super) fn failed(&mut self, why: String) {
+        self.failed = Some(why);
+    }
+}
+
+/// Pods whose wiring differs from what the webhook would do now, by workload.
+pub(super) fn pods_section(tally: PodTally, config: bool, section: &mut Section) {
+    if let Some(e) = &tally.failed {
+        section.push(Finding::new(
+            Severity::Error,
+            Code::PodsUnreadable,
+            "pods",
+            format!("cannot list Pods: {e}"),
+        ));
+        return;
+    }
+    if !config {
+        section.summary = format!(
+            "{} not compared: no usable config",
+            plural(tally.seen, "Pod")
+        );
+        return;
+    }
+    for ((drift, w), (names, detail, unselected)) in tally.groups {
         let severity = if drift == Drift::StatusUnreadable {
             Severity::Warning
         } else {
@@ -124,6 +162,7 @@ pub(super) fn pods_section(
             .collect();
         section.push(f);
     }
+    let unstopped = tally.unstopped;
     if let Some((first, apps)) = unstopped.first() {
         let mut f = Finding::new(
             Severity::Error,
@@ -148,9 +187,9 @@ pub(super) fn pods_section(
     }
     section.summary = format!(
         "{} compared{}",
-        plural(compared, "Pod"),
-        if done > 0 {
-            format!(", {done} finished or terminating skipped")
+        plural(tally.compared, "Pod"),
+        if tally.done > 0 {
+            format!(", {} finished or terminating skipped", tally.done)
         } else {
             String::new()
         }

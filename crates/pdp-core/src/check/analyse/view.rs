@@ -106,7 +106,8 @@ pub struct ClusterView {
     pub deployment: Read<Option<Deployment>>,
     /// Every namespace (selectors are judged against all of them).
     pub namespaces: Read<Vec<Namespace>>,
-    /// The Pods in scope.
+    /// The Pods in scope, when read in advance ([`analyse`](super::analyse)); `check` leaves it empty and feeds
+    /// them to a [`Judge`](super::Judge) a page at a time.
     pub pods: Read<Vec<Pod>>,
     /// Controllers of the ReplicaSets and Jobs in scope.
     pub owners: Owners,
