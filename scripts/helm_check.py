@@ -222,7 +222,7 @@ def validate(objs, version, kv_path=None):
 def main():
     update = "--update" in sys.argv[1:]
     if update and os.environ.get("CI") == "true":
-        # A refresh would make a stale overlay pass: a gate never takes one (as UPDATE_GOLDEN and UPDATE_DOCS).
+        # A refresh would make a stale overlay pass: a gate never takes one (as UPDATE_GOLDEN).
         record("update-refused: --update is refused under CI=true", False, "run it by hand and commit the result")
         return summary()
     os.chdir(REPO)

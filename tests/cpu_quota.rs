@@ -14,12 +14,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-#[allow(dead_code)]
-mod common {
-    include!("common/process.rs");
-    include!("common/tls_client.rs");
-}
-use common::*;
+mod common;
+use common::process::*;
 
 /// A Pod review of about 22 KiB: the real fixture with sixteen app containers, each with env, mounts, ports and
 /// resources, plus the usual metadata; opted into daemonset mode so that every container is wired.

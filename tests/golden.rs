@@ -1,6 +1,7 @@
 //! Golden files: every `tests/golden/<dir>/<case>.in.yaml` goes through the offline injector (the same core as
-//! the webhook) with the directory's `config.yaml` and `options.yaml`, and must produce `<case>.out.yaml` exactly.
-//! Refresh with `UPDATE_GOLDEN=1 cargo test --test golden` and review the diff as a reviewer would.
+//! the webhook) with the directory's `config.yaml` and the flags of its `options.args`, and must produce
+//! `<case>.out.yaml` exactly. The harness is shared with docs/examples (tests/common/golden.rs): refresh both with
+//! `UPDATE_GOLDEN=1 cargo test --test golden --test docs` and review the diff as a reviewer would.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -20,18 +21,15 @@ fn load_dir(dir: &Path) -> (Config, Options) {
     } else {
         Config::builtin()
     };
-    let mut options = Options::default();
-    let options_path = dir.join("options.yaml");
-    if options_path.exists() {
-        let v: serde_json::Value =
-            serde_saphyr::from_str(&fs::read_to_string(&options_path).unwrap()).unwrap();
-        options.mode = v.get("mode").and_then(|m| m.as_str()).map(String::from);
-        options.default_namespace = v
-            .get("namespace")
-            .and_then(|m| m.as_str())
-            .map(String::from);
-    }
-    (config, options)
+    let args = fs::read_to_string(dir.join("options.args")).unwrap_or_default();
+    let flags = common::golden::flags(&args, dir)
+        .unwrap_or_else(|e| panic!("{}/options.args: {e}", dir.display()));
+    assert!(
+        flags.config.is_none(),
+        "{}/options.args: the directory's config.yaml is the config",
+        dir.display()
+    );
+    (config, flags.options)
 }
 
 /// Renders what the golden file holds for one input: a commented report, then the output stream.
@@ -42,12 +40,7 @@ fn render_case(input: &str, config: &Config, options: &Options) -> String {
             let mut text = String::new();
             for r in &reports {
                 let what = r.reason.map(|r| r.code()).unwrap_or("passed through");
-                writeln!(
-                    text,
-                    "# document {} ({} {:?}): {what}",
-                    r.index, r.kind, r.name
-                )
-                .unwrap();
+                writeln!(text, "# {}: {what}", r.heading()).unwrap();
                 for w in &r.warnings {
                     writeln!(text, "#   warning: {w}").unwrap();
                 }
@@ -79,33 +72,20 @@ pub fn cases() -> Vec<(PathBuf, PathBuf)> {
 
 #[test]
 fn golden_files_match() {
-    let update = common::refresh_requested("UPDATE_GOLDEN");
     let cases = cases();
     assert!(cases.len() >= 25, "only {} golden cases", cases.len());
-    let mut failures = Vec::new();
+    let mut expected = common::golden::Expected::default();
     for (input_path, expected_path) in &cases {
         let (config, options) = load_dir(input_path.parent().unwrap());
         let input = fs::read_to_string(input_path).unwrap();
         let actual = render_case(&input, &config, &options);
-        if update {
-            fs::write(expected_path, &actual).unwrap();
-            continue;
-        }
-        let expected = fs::read_to_string(expected_path).unwrap_or_default();
-        if expected != actual {
-            failures.push(format!(
-                "{} differs from {}:\n--- expected\n{expected}\n--- actual\n{actual}",
-                input_path.display(),
-                expected_path.display()
-            ));
-        }
+        expected.check(
+            &input_path.display().to_string(),
+            expected_path,
+            Some(&actual),
+        );
     }
-    assert!(
-        failures.is_empty(),
-        "{} golden mismatches (refresh with UPDATE_GOLDEN=1 after review):\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    expected.assert_none();
 }
 
 #[test]
@@ -164,7 +144,7 @@ fn golden_outputs_keep_every_input_field() {
                     map.retain(|k, _| !k.starts_with("pdp-injector.io/status"));
                 }
             }
-            if let Err(path) = common::contains(a, &b, "") {
+            if let Err(path) = common::contains::contains(a, &b, "") {
                 panic!(
                     "{}: input field {path} lost or changed",
                     input_path.display()
@@ -174,7 +154,4 @@ fn golden_outputs_keep_every_input_field() {
     }
 }
 
-mod common {
-    include!("common/contains.rs");
-    include!("common/skip.rs");
-}
+mod common;

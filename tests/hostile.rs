@@ -14,13 +14,8 @@ use hyper::StatusCode;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-#[allow(dead_code)]
-mod common {
-    include!("common/process.rs");
-    include!("common/tls_client.rs");
-    include!("common/lines.rs");
-}
-use common::*;
+mod common;
+use common::{lines::*, process::*};
 
 /// The answer-time bound for a normal client: 100 ms as the issue asks, looser in unoptimised builds (a debug
 /// server does the same work several times slower, and `cargo test` shares the machine with other test binaries).

@@ -14,9 +14,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::task::JoinHandle;
 
-include!("common/tls_client.rs");
-include!("common/skip.rs");
-include!("common/lines.rs");
+mod common;
+use common::{lines::*, skip::*, tls_client::*};
 
 /// A directory removed at the end of the test.
 struct TempDir(PathBuf);

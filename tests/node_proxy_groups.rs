@@ -62,7 +62,8 @@ fn instance(path: &Path, tag: &'static str) {
     });
 }
 
-include!("common/free_port.rs");
+mod common;
+use common::free_port::free_port;
 
 fn ask<S: std::io::Read + Write>(mut stream: S, text: &str) -> String {
     writeln!(stream, "{text}").unwrap();

@@ -8,9 +8,7 @@ use pdp_injector::config::{Config, restricted_violations};
 use pdp_injector::core::{NamespaceInfo, Outcome, Reason, Status, inject, patched};
 use std::collections::BTreeMap;
 
-mod common {
-    include!("common/contains.rs");
-}
+mod common;
 
 /// xorshift64*: small, seeded, good enough to vary Pods.
 struct Rng(u64);
@@ -205,7 +203,7 @@ fn generated_pods_hold_the_core_properties() {
 
         // Every input field survives.
         let input = serde_json::to_value(&pod).unwrap();
-        if let Err(path) = common::contains(&patched, &input, "") {
+        if let Err(path) = common::contains::contains(&patched, &input, "") {
             panic!("{path} lost: {}", ctx());
         }
 

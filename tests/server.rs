@@ -20,7 +20,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-include!("common/tls_client.rs");
+mod common;
+use common::process::{connect, send};
+use common::tls_client::*;
 
 const FIXTURE: &str = include_str!("fixtures/admissionreview-v1-pod-create.json");
 
@@ -85,52 +87,6 @@ fn default_client(ca_pem: &str) -> Arc<rustls::ClientConfig> {
     client_config(ca_pem, None, rustls::DEFAULT_VERSIONS)
 }
 
-type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
-
-async fn connect(
-    addr: std::net::SocketAddr,
-    config: Arc<rustls::ClientConfig>,
-) -> Result<Sender, String> {
-    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-    let tls = tokio_rustls::TlsConnector::from(config)
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .map_err(|e| e.to_string())?;
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
-    Ok(sender)
-}
-
-async fn send(
-    sender: &mut Sender,
-    method: &str,
-    path: &str,
-    content_type: Option<&str>,
-    body: Vec<u8>,
-) -> Result<(StatusCode, Vec<u8>), String> {
-    let mut req = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", "localhost");
-    if let Some(ct) = content_type {
-        req = req.header("content-type", ct);
-    }
-    let resp = sender
-        .send_request(req.body(Full::new(Bytes::from(body))).unwrap())
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = resp.status();
-    let bytes = resp
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    Ok((status, bytes.to_vec()))
-}
-
 /// One request on a fresh connection.
 async fn call(
     addr: std::net::SocketAddr,
@@ -140,7 +96,7 @@ async fn call(
     content_type: Option<&str>,
     body: Vec<u8>,
 ) -> Result<(StatusCode, Vec<u8>), String> {
-    let mut sender = connect(addr, config).await?;
+    let mut sender = connect(addr, &config).await?;
     send(&mut sender, method, path, content_type, body).await
 }
 
@@ -654,7 +610,7 @@ async fn certificate_rotation_without_restart() {
     );
 
     // an open keep-alive connection from before the rotation keeps working
-    let mut old_conn = connect(r.addr, default_client(&first.ca_cert_pem))
+    let mut old_conn = connect(r.addr, &default_client(&first.ca_cert_pem))
         .await
         .unwrap();
 
@@ -787,7 +743,7 @@ async fn readiness_fails_at_once_on_shutdown_while_requests_are_still_answered()
     let r = start_with(options, Arc::new(NoCluster)).await;
     let addr = r.addr;
     let ca = b.ca_cert_pem.clone();
-    let mut keep_alive = connect(addr, default_client(&ca)).await.unwrap();
+    let mut keep_alive = connect(addr, &default_client(&ca)).await.unwrap();
     let stopping = tokio::spawn(r.shutdown());
     tokio::time::sleep(Duration::from_millis(100)).await;
     let (s, body) = call(addr, default_client(&ca), "GET", "/readyz", None, vec![])

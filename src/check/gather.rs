@@ -78,9 +78,11 @@ where
 /// Feeds the Pods in scope to `judge` a page at a time: `check`'s memory is one page and the findings, not
 /// the cluster's Pods (BENCHMARKS.md, "check at cluster scale").
 pub async fn judge_pods(client: &kube::Client, scope: &Option<String>, judge: &mut Judge<'_>) {
-    let read = each_page(scoped::<Pod>(client, scope), ListParams::default(), |page| {
-        judge.pods(&page)
-    })
+    let read = each_page(
+        scoped::<Pod>(client, scope),
+        ListParams::default(),
+        |page| judge.pods(&page),
+    )
     .await;
     if let Err(e) = read {
         judge.pods_failed(e);
@@ -157,14 +159,20 @@ pub async fn gather(client: &kube::Client, options: Options) -> ClusterView {
     let mut owners = Owners::default();
     // Only what sits between a Pod and its workload, recorded a page at a time; unreadable ones leave the Pod
     // grouped under them.
-    let _ = each_page(scoped::<ReplicaSet>(client, &scope), ListParams::default(), |sets| {
-        sets.iter()
-            .for_each(|r| owners.record("ReplicaSet", &r.metadata))
-    })
+    let _ = each_page(
+        scoped::<ReplicaSet>(client, &scope),
+        ListParams::default(),
+        |sets| {
+            sets.iter()
+                .for_each(|r| owners.record("ReplicaSet", &r.metadata))
+        },
+    )
     .await;
-    let _ = each_page(scoped::<Job>(client, &scope), ListParams::default(), |jobs| {
-        jobs.iter().for_each(|j| owners.record("Job", &j.metadata))
-    })
+    let _ = each_page(
+        scoped::<Job>(client, &scope),
+        ListParams::default(),
+        |jobs| jobs.iter().for_each(|j| owners.record("Job", &j.metadata)),
+    )
     .await;
     let nodes = list(Api::<Node>::all(client.clone()), ListParams::default()).await;
     // The PDP DaemonSets and the node-local fronts beside them.

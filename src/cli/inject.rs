@@ -80,11 +80,7 @@ pub(crate) fn run(args: InjectArgs) -> anyhow::Result<()> {
     for r in &reports {
         let Some(reason) = r.reason else { continue };
         // Every Pod template gets a line saying what happened and why, skips included.
-        writeln!(
-            log,
-            "document {} ({} {:?}): {reason}",
-            r.index, r.kind, r.name
-        )?;
+        writeln!(log, "{}: {reason}", r.heading())?;
         for w in &r.warnings {
             writeln!(log, "  warning: {w}")?;
         }

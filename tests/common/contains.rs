@@ -2,8 +2,11 @@
 
 /// Checks that `outer` keeps everything `inner` has: same scalars, every object key, and every array element in
 /// the same relative order (elements may be inserted around them). Returns the JSON pointer of the first loss.
-#[allow(dead_code)]
-pub fn contains(outer: &serde_json::Value, inner: &serde_json::Value, path: &str) -> Result<(), String> {
+pub fn contains(
+    outer: &serde_json::Value,
+    inner: &serde_json::Value,
+    path: &str,
+) -> Result<(), String> {
     use serde_json::Value;
     match (outer, inner) {
         (Value::Object(o), Value::Object(i)) => {

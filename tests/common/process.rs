@@ -70,7 +70,8 @@ pub struct ServerProcess {
     pub log: PathBuf,
 }
 
-include!("free_port.rs");
+use super::free_port::free_port;
+use super::tls_client::tls_client_config;
 
 /// Writes a CA and a serving certificate for localhost and 127.0.0.1 with the binary's own `certs` command.
 pub fn make_certs(dir: &Path) -> String {

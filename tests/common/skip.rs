@@ -3,7 +3,6 @@
 /// Says why a test cannot run here. Under `CI=true` that is a failure, never a pass: `.ci/run` installs or
 /// fetches what every test needs first, so a missing tool there is a broken gate. Elsewhere the test says so on
 /// stderr (`cargo test -- --nocapture` shows it) and returns.
-#[allow(dead_code)]
 pub fn cannot_run(why: &str) {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("cannot run under CI=true, and a gate never passes by skipping: {why}");
@@ -11,18 +10,25 @@ pub fn cannot_run(why: &str) {
     eprintln!("SKIPPED: {why}");
 }
 
-/// The refresh switch `name` (UPDATE_GOLDEN, UPDATE_DOCS): on only for the value `1`, and refused under
-/// `CI=true`, where a refresh would turn every mismatch into a pass.
-#[allow(dead_code)]
-pub fn refresh_requested(name: &str) -> bool {
-    match std::env::var(name) {
+/// The refresh switch of every expected file (tests/golden, docs/examples, the docs' embedded blocks):
+/// `UPDATE_GOLDEN=1`. On only for the value `1`, and refused under `CI=true`, where a refresh would turn every
+/// mismatch into a pass. `UPDATE_DOCS`, its old name for the docs, is refused with the new one's name.
+pub fn refreshing() -> bool {
+    if let Ok(v) = std::env::var("UPDATE_DOCS") {
+        panic!(
+            "UPDATE_DOCS={v:?}: the one refresh switch is UPDATE_GOLDEN=1 now (goldens and docs alike)"
+        );
+    }
+    match std::env::var("UPDATE_GOLDEN") {
         Ok(v) if v == "1" => {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("{name}=1 is refused under CI=true: a refresh would turn every mismatch into a pass");
+                panic!(
+                    "UPDATE_GOLDEN=1 is refused under CI=true: a refresh would turn every mismatch into a pass"
+                );
             }
             true
         }
-        Ok(v) => panic!("{name}={v:?}: only {name}=1 refreshes the expected files"),
+        Ok(v) => panic!("UPDATE_GOLDEN={v:?}: only UPDATE_GOLDEN=1 refreshes the expected files"),
         Err(_) => false,
     }
 }

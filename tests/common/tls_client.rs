@@ -3,7 +3,6 @@
 // protocol versions and ALPN.
 
 /// A client configuration trusting every certificate in `ca_pems`.
-#[allow(dead_code)]
 pub fn tls_client_config(
     ca_pems: &[&str],
     identity: Option<(&str, &str)>,

@@ -27,35 +27,21 @@ impl Example {
         format!("docs/examples/{}.stderr.txt", self.stem)
     }
 
-    /// The library's options for the example's command-line flags (only those the docs use).
+    /// The example's flags, read as tests/golden reads its `options.args` (tests/common/golden.rs).
+    fn flags(&self) -> crate::common::golden::Flags {
+        crate::common::golden::flags(&self.args.join(" "), &root())
+            .unwrap_or_else(|e| panic!("{}.args: {e}", self.stem))
+    }
+
+    /// The library's options for the example's command-line flags.
     pub fn options(&self) -> Options {
-        let mut options = Options {
-            mode: None,
-            default_namespace: Some("default".into()),
-        };
-        let mut args = self.args.iter();
-        while let Some(flag) = args.next() {
-            let value = args
-                .next()
-                .unwrap_or_else(|| panic!("{}: flag {flag} without a value", self.stem))
-                .clone();
-            match flag.as_str() {
-                "--mode" => options.mode = Some(value),
-                "--namespace" => options.default_namespace = Some(value),
-                "--config" => {}
-                other => panic!("{}.args: flag {other} is not supported here", self.stem),
-            }
-        }
-        options
+        self.flags().options
     }
 
     /// The config of the example's `--config FILE` (a path from the repository root), else the built-in one.
     pub fn config(&self) -> Config {
-        match self.args.iter().position(|a| a == "--config") {
-            Some(i) => {
-                let path = &self.args[i + 1];
-                Config::load(&root().join(path)).unwrap_or_else(|e| panic!("{}: {e}", self.stem))
-            }
+        match self.flags().config {
+            Some(path) => Config::load(&path).unwrap_or_else(|e| panic!("{}: {e}", self.stem)),
             None => Config::builtin(),
         }
     }
@@ -109,7 +95,7 @@ fn run_library(example: &Example) -> Result<String, String> {
 
 static REFRESH_EXAMPLES: Once = Once::new();
 
-/// With UPDATE_DOCS, rewrites every example's expected files (once per test process, before anyone reads them).
+/// With UPDATE_GOLDEN, rewrites every example's expected files (once per test process, before anyone reads them).
 pub fn refresh_examples() {
     if !updating() {
         return;
@@ -132,25 +118,11 @@ pub fn refresh_examples() {
 #[test]
 fn examples_match_the_injector() {
     refresh_examples();
-    let mut failures = Vec::new();
+    let mut expected = crate::common::golden::Expected::default();
     for example in examples() {
         let library = run_library(&example);
-        let expected_out = fs::read_to_string(root().join(example.output())).ok();
-        match (&library, &expected_out) {
-            (Ok(out), Some(expected)) if out == expected => {}
-            (Ok(out), Some(expected)) => failures.push(format!(
-                "{}: output differs from {}:\n--- expected\n{expected}\n--- actual\n{out}",
-                example.input(),
-                example.output()
-            )),
-            (Ok(_), None) => failures.push(format!("{} is missing", example.output())),
-            (Err(e), Some(_)) => failures.push(format!(
-                "{}: the injector refuses it ({e}) but {} exists",
-                example.input(),
-                example.output()
-            )),
-            (Err(_), None) => {}
-        }
+        let output = root().join(example.output());
+        expected.check(&example.input(), &output, library.as_deref().ok());
 
         // The binary, exactly as the docs show the command: same stdout, the expected stderr, and failure
         // exactly when the library refuses the input.
@@ -176,21 +148,10 @@ fn examples_match_the_injector() {
                 example.input()
             );
         }
-        let expected_err = fs::read_to_string(root().join(example.stderr())).unwrap_or_default();
-        if stderr != expected_err {
-            failures.push(format!(
-                "{}: stderr differs from {}:\n--- expected\n{expected_err}\n--- actual\n{stderr}",
-                example.input(),
-                example.stderr()
-            ));
-        }
+        let what = format!("{} (stderr)", example.input());
+        expected.check(&what, &root().join(example.stderr()), Some(&stderr));
     }
-    assert!(
-        failures.is_empty(),
-        "{} mismatches (refresh with UPDATE_DOCS=1 and review the diff):\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    expected.assert_none();
 }
 
 #[test]

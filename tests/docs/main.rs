@@ -26,11 +26,13 @@
 //!
 //! Shared helpers (the repository's files, temporary directories, child processes) are in `support`.
 //!
-//! Refresh the expected files and the embedded blocks with `UPDATE_DOCS=1 cargo test --test docs`, then review
+//! Refresh the expected files and the embedded blocks with `UPDATE_GOLDEN=1 cargo test --test docs`, then review
 //! the diff.
 
 mod annotations;
 mod commands;
+#[path = "../common/mod.rs"]
+mod common;
 mod examples;
 mod markdown;
 mod metrics;

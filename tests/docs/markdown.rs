@@ -99,7 +99,7 @@ fn markdown_embeds_current_examples_and_generated_sections() {
     }
     assert!(
         stale.is_empty(),
-        "stale blocks (refresh with UPDATE_DOCS=1 and review the diff):\n{}",
+        "stale blocks (refresh with UPDATE_GOLDEN=1 and review the diff):\n{}",
         stale.join("\n")
     );
     // Every snippet file is shown somewhere (a snippet nobody sees is a snippet nobody keeps right).

@@ -19,15 +19,12 @@ pub fn read(rel: &str) -> String {
     fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
-/// `UPDATE_DOCS=1`: refresh the expected files instead of comparing (refused under CI=true).
+/// `UPDATE_GOLDEN=1`: refresh the expected files instead of comparing (refused under CI=true).
 pub fn updating() -> bool {
-    skip::refresh_requested("UPDATE_DOCS")
+    skip::refreshing()
 }
 
-mod skip {
-    include!("../common/skip.rs");
-}
-pub use skip::cannot_run;
+pub use crate::common::skip::{self, cannot_run};
 
 /// The Markdown files of the guide, relative to the repository root.
 pub fn markdown_files() -> Vec<String> {

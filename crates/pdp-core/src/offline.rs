@@ -37,6 +37,13 @@ pub struct DocReport {
     pub warnings: Vec<Warning>,
 }
 
+impl DocReport {
+    /// `document 2 (Deployment "web")`: how the reports name a document.
+    pub fn heading(&self) -> String {
+        format!("document {} ({} {:?})", self.index, self.kind, self.name)
+    }
+}
+
 /// Why a stream could not be injected; nothing is printed then.
 #[derive(Debug, thiserror::Error)]
 pub enum OfflineError {

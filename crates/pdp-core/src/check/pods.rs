@@ -441,20 +441,19 @@ mod tests {
         assert!(d.detail.contains("0.0.1"), "{d:?}");
     }
 
+    /// A Pod wired in a namespace labelled `before`, compared once the label is `after`.
+    fn relabelled(before: &str, after: &str) -> (Pod, PodDrift) {
+        let config = Config::builtin();
+        let label = "pdp-injector.io/injection";
+        let p = wired(&plain(json!({})), &ns(&[(label, before)]), &config);
+        let d = compare(&p, &ns(&[(label, after)]), &config).unwrap();
+        (p, d)
+    }
+
     #[test]
     fn namespace_opted_out_after_wiring() {
         let config = Config::builtin();
-        let p = wired(
-            &plain(json!({})),
-            &ns(&[("pdp-injector.io/injection", "enabled")]),
-            &config,
-        );
-        let d = compare(
-            &p,
-            &ns(&[("pdp-injector.io/injection", "disabled")]),
-            &config,
-        )
-        .unwrap();
+        let (p, d) = relabelled("enabled", "disabled");
         assert_eq!(d.drift, Drift::NotWanted);
         assert!(d.detail.contains("namespace_opted_out"), "{d:?}");
         // The label removed: not opted in any more.
@@ -482,18 +481,7 @@ mod tests {
 
     #[test]
     fn namespace_mode_changed_after_wiring() {
-        let config = Config::builtin();
-        let p = wired(
-            &plain(json!({})),
-            &ns(&[("pdp-injector.io/injection", "sidecar")]),
-            &config,
-        );
-        let d = compare(
-            &p,
-            &ns(&[("pdp-injector.io/injection", "daemonset")]),
-            &config,
-        )
-        .unwrap();
+        let (_, d) = relabelled("sidecar", "daemonset");
         assert_eq!(d.drift, Drift::OtherMode);
         assert!(
             d.detail.contains("sidecar mode") && d.detail.contains("daemonset mode"),
