@@ -560,9 +560,9 @@ fn ca_union_dedups_orders_and_drops_expired() {
 #[test]
 fn settings_default_to_the_flags_defaults_and_renew_at_a_third() {
     let mut s = Settings::new("team");
-    assert_eq!(s.webhook.namespace, "team");
-    assert_eq!(s.webhook.service, "pdp-injector");
-    assert_eq!(s.secret_name, "pdp-injector-tls");
+    assert_eq!(s.names.webhook.namespace, "team");
+    assert_eq!(s.names.webhook.service, "pdp-injector");
+    assert_eq!(s.names.secret, "pdp-injector-tls");
     assert_eq!(s.cert_days, 90);
     assert_eq!(s.renew_before(), 30);
     s.cert_days = 12;

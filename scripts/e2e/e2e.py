@@ -513,11 +513,11 @@ class Harness:
         self.classic_config_path.write_text(yaml.safe_dump(ref, sort_keys=False))
 
     def make_webhook_certs(self):
-        out = run([self.bin, "certs", "--service", "pdp-injector", "--namespace", "pdp-system",
+        out = run([self.bin, "certs", "--service", "pdp-injector", "--webhook-namespace", "pdp-system",
                    "--extra-san", self.webhook_host, "--out-dir", str(self.workdir / "webhook-certs"), "--days", "2"])
         self.ca_bundle = out.stdout.strip().splitlines()[-1].strip()
         base64.b64decode(self.ca_bundle, validate=True)
-        out = run([self.bin, "certs", "--service", "e2e-adder", "--namespace", "pdp-system",
+        out = run([self.bin, "certs", "--service", "e2e-adder", "--webhook-namespace", "pdp-system",
                    "--extra-san", self.webhook_host, "--out-dir", str(self.workdir / "adder-certs"), "--days", "2"])
         self.adder_ca_bundle = out.stdout.strip().splitlines()[-1].strip()
 

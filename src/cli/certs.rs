@@ -9,7 +9,9 @@ use crate::tls::certs;
 #[derive(Args)]
 pub(crate) struct CertsArgs {
     #[command(flatten)]
-    webhook: certs::ServiceName,
+    pub(crate) webhook: certs::ServiceName,
+    #[command(flatten)]
+    pub(crate) old_namespace: super::OldNamespaceFlag,
     /// Extra DNS names or IP addresses for the serving certificate (repeatable).
     #[arg(long = "extra-san")]
     extra_sans: Vec<String>,
@@ -24,7 +26,8 @@ pub(crate) struct CertsArgs {
     ca_days: i64,
 }
 
-pub(crate) fn run(args: CertsArgs) -> anyhow::Result<()> {
+pub(crate) fn run(mut args: CertsArgs) -> anyhow::Result<()> {
+    args.old_namespace.apply(&mut args.webhook);
     let mut sans = args.webhook.sans();
     sans.extend(args.extra_sans);
     let bundle = certs::generate(&sans, args.ca_days, args.days)?;

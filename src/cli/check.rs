@@ -7,7 +7,9 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use super::runtime;
+use crate::cluster::InstallNames;
 use crate::config::Config;
+use crate::names::{DEFAULT_CONFIG_MAP, DEFAULT_NAME};
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum OutputFormat {
@@ -34,8 +36,8 @@ fn pdp_daemonset(s: &str) -> Result<(String, String, String), String> {
 #[derive(Args)]
 pub(crate) struct CheckArgs {
     /// Namespace whose namespace and Pods are checked (default: the kubeconfig context's namespace).
-    #[arg(short = 'n', long, conflicts_with = "all_namespaces")]
-    namespace: Option<String>,
+    #[arg(short = 'n', long = "namespace", conflicts_with = "all_namespaces")]
+    pub(crate) scope: Option<String>,
     /// Check the namespaces and Pods of every namespace.
     #[arg(short = 'A', long)]
     all_namespaces: bool,
@@ -45,20 +47,14 @@ pub(crate) struct CheckArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     output: OutputFormat,
-    /// Namespace of the webhook (its Deployment, Secret and ConfigMap).
-    #[arg(long, default_value = "pdp-system")]
-    webhook_namespace: String,
-    /// The MutatingWebhookConfiguration.
-    #[arg(long, default_value = "pdp-injector")]
-    webhook_config: String,
+    /// Where the webhook, its Secret and its configuration are.
+    #[command(flatten)]
+    pub(crate) install: InstallNames,
     /// The webhook Deployment.
-    #[arg(long, default_value = "pdp-injector")]
+    #[arg(long, env = "PDP_INJECTOR_DEPLOYMENT", default_value = DEFAULT_NAME)]
     deployment: String,
-    /// The Secret with the serving certificate (tls.crt).
-    #[arg(long, default_value = "pdp-injector-tls")]
-    secret: String,
     /// The ConfigMap with config.yaml.
-    #[arg(long, default_value = "pdp-injector-config")]
+    #[arg(long, env = "PDP_INJECTOR_CONFIG_MAP", default_value = DEFAULT_CONFIG_MAP)]
     config_map: String,
     /// The node-local PDP DaemonSet of a profile, when it is not PROFILE-pdp labelled
     /// app.kubernetes.io/component=pdp (repeatable): PROFILE=NAMESPACE/NAME.
@@ -90,16 +86,16 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<u8> {
             None
         } else {
             Some(
-                args.namespace
+                args.scope
                     .clone()
                     .unwrap_or_else(|| client.default_namespace().to_string()),
             )
         };
         let names = analyse::Names {
-            namespace: args.webhook_namespace,
-            webhook_config: args.webhook_config,
+            namespace: args.install.webhook.namespace,
+            webhook_config: args.install.webhook_config,
             deployment: args.deployment,
-            secret: args.secret,
+            secret: args.install.secret,
             config_map: args.config_map,
             pdp_daemonsets: args
                 .pdp_daemonsets

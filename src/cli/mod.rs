@@ -93,6 +93,23 @@ pub(crate) async fn shutdown_signal() {
     }
 }
 
+/// `--namespace`, the old spelling of `--webhook-namespace` in `serve` and `certs`: hidden, kept for one
+/// release (in `check` and `inject`, `--namespace` is the namespace of the workloads, as in kubectl).
+#[derive(Args)]
+pub(crate) struct OldNamespaceFlag {
+    #[arg(long = "namespace", hide = true, conflicts_with = "namespace")]
+    old_namespace: Option<String>,
+}
+
+impl OldNamespaceFlag {
+    /// Applies the old spelling where it was given.
+    pub(crate) fn apply(self, webhook: &mut crate::tls::certs::ServiceName) {
+        if let Some(ns) = self.old_namespace {
+            webhook.namespace = ns;
+        }
+    }
+}
+
 /// The one runtime of a command that talks to the network.
 pub(crate) fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
@@ -125,5 +142,54 @@ pub fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        Cli::try_parse_from(std::iter::once("pdp-injector").chain(args.iter().copied()))
+            .map(|c| c.command)
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        // Duplicate ids, flags or conflicting defaults are caught here rather than at a user's first run.
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn one_flag_per_concept_and_the_old_spellings_still_work() {
+        for args in [
+            &["certs", "--webhook-namespace", "team"][..],
+            &["certs", "--namespace", "team"],
+        ] {
+            let Ok(Command::Certs(mut c)) = parse(args) else {
+                panic!("{args:?} parses");
+            };
+            c.old_namespace.apply(&mut c.webhook);
+            assert_eq!(c.webhook.namespace, "team", "{args:?}");
+        }
+        assert!(parse(&["certs", "--namespace", "a", "--webhook-namespace", "b"]).is_err());
+        for args in [
+            &["serve", "--secret", "s"][..],
+            &["serve", "--secret-name", "s"],
+        ] {
+            let Ok(Command::Serve(s)) = parse(args) else {
+                panic!("{args:?} parses");
+            };
+            assert_eq!(s.certificates.names.secret, "s", "{args:?}");
+        }
+        // In check, -n is the namespace checked and --webhook-namespace the webhook's, as in serve.
+        let Ok(Command::Check(c)) = parse(&["check", "-n", "shop", "--webhook-namespace", "sys"])
+        else {
+            panic!("check parses");
+        };
+        assert_eq!(c.scope.as_deref(), Some("shop"));
+        assert_eq!(c.install.webhook.namespace, "sys");
     }
 }

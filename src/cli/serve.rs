@@ -46,7 +46,9 @@ pub(crate) struct ServeArgs {
     #[command(flatten)]
     server: ServeFlags,
     #[command(flatten)]
-    certificates: selfcerts::Settings,
+    pub(crate) certificates: selfcerts::Settings,
+    #[command(flatten)]
+    pub(crate) old_namespace: super::OldNamespaceFlag,
 }
 
 /// The cluster client, or `None` (said in the log) when there is no cluster to talk to.
@@ -114,8 +116,10 @@ fn self_signed(
     })
 }
 
-pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
+pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     init_logging(args.log.log_format);
+    args.old_namespace
+        .apply(&mut args.certificates.names.webhook);
     let client_ca_pem = match &args.client_ca {
         Some(p) => Some(
             std::fs::read(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?,
@@ -155,12 +159,12 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
             }
             None => TlsSource::Fixed(self_signed(
                 &args.self_signed_dir,
-                &args.certificates.webhook,
+                &args.certificates.names.webhook,
                 client_ca_pem,
             )?),
         };
         let mut options = ServeOptions::with_flags(args.server.clone(), tls_source);
-        options.fit.own_namespace = Some(args.certificates.webhook.namespace.clone());
+        options.fit.own_namespace = Some(args.certificates.names.webhook.namespace.clone());
         options.cluster_counters = counters.clone();
         let namespaces: Arc<dyn NamespaceSource> = match &client {
             Some(client) => {

@@ -1,6 +1,7 @@
 //! What the webhook keeps in step with the cluster, in the background: namespace labels, the apiserver's
 //! version, and the self-managed certificates. Nothing here runs on the request path except in-memory reads.
 
+pub mod install;
 pub mod namespaces;
 pub mod selfcerts;
 pub mod versions;
@@ -9,6 +10,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
+pub use install::InstallNames;
 pub use namespaces::{ClusterNamespaces, FetchFuture, NamespaceSource, NoCluster, Static};
 
 /// The `result` label of the counters of work that succeeds or fails.

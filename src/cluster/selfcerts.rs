@@ -32,6 +32,7 @@ use sha2::Digest;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::cluster::InstallNames;
 use crate::tls::certs::{self, Bundle};
 use crate::tls::{self, TlsMaterial};
 
@@ -40,23 +41,9 @@ use crate::tls::{self, TlsMaterial};
 /// not a flag.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Settings {
-    /// The webhook's Service and namespace (where the Secret lives too).
+    /// Where the webhook, its Secret and its configuration are.
     #[command(flatten)]
-    pub webhook: certs::ServiceName,
-    /// Secret holding `ca.crt`, `ca.key`, `tls.crt`, `tls.key` (self-managed certificates).
-    #[arg(
-        long = "secret-name",
-        env = "PDP_INJECTOR_SECRET",
-        default_value = "pdp-injector-tls"
-    )]
-    pub secret_name: String,
-    /// MutatingWebhookConfiguration whose caBundle self-managed mode keeps current.
-    #[arg(
-        long,
-        env = "PDP_INJECTOR_WEBHOOK_CONFIG",
-        default_value = "pdp-injector"
-    )]
-    pub webhook_config: String,
+    pub names: InstallNames,
     /// Validity of self-managed serving certificates, in days (renewed when 30 days or a third are left).
     #[arg(long, env = "PDP_INJECTOR_CERT_DAYS", default_value_t = 90, value_parser = clap::value_parser!(i64).range(1..))]
     pub cert_days: i64,
@@ -88,7 +75,7 @@ impl Settings {
         let mut settings = <Only as clap::Parser>::try_parse_from(["serve"])
             .expect("the defaults of the certificate flags parse")
             .settings;
-        settings.webhook.namespace = namespace.into();
+        settings.names.webhook.namespace = namespace.into();
         settings
     }
 
@@ -100,7 +87,7 @@ impl Settings {
 
     /// The DNS names the apiserver dials.
     pub fn sans(&self) -> Vec<String> {
-        self.webhook.sans()
+        self.names.webhook.sans()
     }
 }
 
@@ -357,8 +344,8 @@ fn secret_of(
     ]);
     Secret {
         metadata: ObjectMeta {
-            name: Some(settings.secret_name.clone()),
-            namespace: Some(settings.webhook.namespace.clone()),
+            name: Some(settings.names.secret.clone()),
+            namespace: Some(settings.names.webhook.namespace.clone()),
             resource_version,
             labels: Some(BTreeMap::from([(
                 "app.kubernetes.io/managed-by".to_string(),
@@ -399,7 +386,7 @@ pub async fn ensure_secret(
     const ATTEMPTS: usize = 8;
     for _ in 0..ATTEMPTS {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
-        let current = api.get_opt(&settings.secret_name).await?;
+        let current = api.get_opt(&settings.names.secret).await?;
         let (bundle, rv, ledger) = match &current {
             None => {
                 let mut b =
@@ -407,7 +394,7 @@ pub async fn ensure_secret(
                 let mut ledger = Ledger::default();
                 let kept = ca_union([previous_bundle], &BTreeSet::new(), now);
                 if !kept.is_empty() {
-                    info!(secret = %settings.secret_name, "creating the Secret; the CAs of the current caBundle stay trusted until every replica has reloaded");
+                    info!(secret = %settings.names.secret, "creating the Secret; the CAs of the current caBundle stay trusted until every replica has reloaded");
                 }
                 ledger.retire_all_but(&kept, &b.ca_cert_pem, now);
                 b.ca_cert_pem = ca_union([b.ca_cert_pem.as_str(), &kept], &BTreeSet::new(), now);
@@ -425,7 +412,7 @@ pub async fn ensure_secret(
                                 ledger,
                             });
                         }
-                        info!(secret = %settings.secret_name, "dropping retired CAs");
+                        info!(secret = %settings.names.secret, "dropping retired CAs");
                         let b = Bundle {
                             ca_cert_pem: ca_union([cas.as_str()], &ledger.dropped_set(), now),
                             ca_key_pem: field(secret, "ca.key").unwrap_or_default(),
@@ -435,11 +422,11 @@ pub async fn ensure_secret(
                         (b, rv, ledger)
                     }
                     Assessment::RenewWithCa(ca_cert, ca_key) => {
-                        info!(secret = %settings.secret_name, "renewing the serving certificate");
+                        info!(secret = %settings.names.secret, "renewing the serving certificate");
                         (sign_with(&ca_cert, &ca_key, settings)?, rv, ledger)
                     }
                     Assessment::Regenerate => {
-                        info!(secret = %settings.secret_name, "creating a new CA and serving certificate");
+                        info!(secret = %settings.names.secret, "creating a new CA and serving certificate");
                         let mut b = certs::generate(
                             &settings.sans(),
                             settings.ca_days,
@@ -460,7 +447,7 @@ pub async fn ensure_secret(
         let result = match rv {
             None => api.create(&PostParams::default(), &secret).await,
             Some(_) => {
-                api.replace(&settings.secret_name, &PostParams::default(), &secret)
+                api.replace(&settings.names.secret, &PostParams::default(), &secret)
                     .await
             }
         };
@@ -482,14 +469,14 @@ pub async fn ensure_secret(
                 if is_status(&e, kube::core::Status::is_already_exists)
                     || is_status(&e, kube::core::Status::is_conflict) =>
             {
-                info!(secret = %settings.secret_name, "another replica updated the certificate first; reloading it");
+                info!(secret = %settings.names.secret, "another replica updated the certificate first; reloading it");
             }
             Err(e) => return Err(e.into()),
         }
     }
     Err(SelfCertError::Contention(
         ATTEMPTS,
-        settings.secret_name.clone(),
+        settings.names.secret.clone(),
     ))
 }
 
@@ -576,15 +563,15 @@ pub async fn reconcile(
     client: &kube::Client,
     settings: &Settings,
 ) -> Result<TlsMaterial, SelfCertError> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.webhook.namespace);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.names.webhook.namespace);
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let previous = current_ca_bundle(&webhooks, &settings.webhook_config).await?;
+    let previous = current_ca_bundle(&webhooks, &settings.names.webhook_config).await?;
     let settled = ensure_secret(&secrets, settings, &previous).await?;
     ensure_ca_bundle(
         &webhooks,
-        &settings.webhook_config,
+        &settings.names.webhook_config,
         &secrets,
-        &settings.secret_name,
+        &settings.names.secret,
     )
     .await?;
     Ok(TlsMaterial {
@@ -602,9 +589,9 @@ pub async fn keep_reconciling(
     tx: watch::Sender<TlsMaterial>,
     counters: crate::cluster::ClusterCounters,
 ) {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.webhook.namespace);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.names.webhook.namespace);
     let config =
-        watcher::Config::default().fields(&format!("metadata.name={}", settings.secret_name));
+        watcher::Config::default().fields(&format!("metadata.name={}", settings.names.secret));
     let (changed_tx, changed_rx) = tokio::sync::mpsc::channel::<()>(1);
     {
         let counters = counters.clone();

@@ -3,16 +3,20 @@
 
 use std::path::Path;
 
+use crate::names::{DEFAULT_NAME, DEFAULT_NAMESPACE};
+
 pub use pdp_core::pki::{Bundle, GenerateError, generate, generate_with_issuer, service_sans};
 
-/// The webhook's Service, whose DNS names the serving certificate carries: flags of `serve` and `certs`.
+/// The webhook's Service, whose DNS names the serving certificate carries: flags of `serve`, `certs` and `check`
+/// (inside [`InstallNames`](crate::cluster::InstallNames) for the first and the last).
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct ServiceName {
     /// Service name the apiserver dials (the certificate's SANs).
-    #[arg(long, env = "PDP_INJECTOR_SERVICE", default_value = "pdp-injector")]
+    #[arg(long, env = "PDP_INJECTOR_SERVICE", default_value = DEFAULT_NAME)]
     pub service: String,
-    /// Namespace of the webhook (its Service and Secret).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "pdp-system")]
+    /// Namespace of the webhook (its Service, Secret, Deployment and ConfigMap). `serve` and `certs` still take
+    /// the old spelling `--namespace`.
+    #[arg(long = "webhook-namespace", env = "POD_NAMESPACE", default_value = DEFAULT_NAMESPACE)]
     pub namespace: String,
 }
 

@@ -61,3 +61,12 @@ pub const ALWAYS_EXCLUDED_NAMESPACES: [&str; 3] = ["kube-system", "kube-public",
 
 /// Version written into the status annotation, so a Pod tells which injector wired it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The names an install gives its pieces (manifests/, the Helm chart): the defaults of every flag that names one.
+pub const DEFAULT_NAMESPACE: &str = "pdp-system";
+/// The webhook's Service, Deployment and MutatingWebhookConfiguration.
+pub const DEFAULT_NAME: &str = "pdp-injector";
+/// The Secret with the serving certificate.
+pub const DEFAULT_SECRET: &str = "pdp-injector-tls";
+/// The ConfigMap with `config.yaml`.
+pub const DEFAULT_CONFIG_MAP: &str = "pdp-injector-config";

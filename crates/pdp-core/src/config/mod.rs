@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{EnvVar, Volume};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::names::ALWAYS_EXCLUDED_NAMESPACES;
+use crate::names::{ALWAYS_EXCLUDED_NAMESPACES, DEFAULT_NAMESPACE};
 
 mod builtins;
 mod fit;
@@ -514,7 +514,7 @@ impl Config {
         }
         let webhook_namespace = file
             .webhook_namespace
-            .unwrap_or_else(|| "pdp-system".into());
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.into());
         let mut excluded: BTreeSet<String> = ALWAYS_EXCLUDED_NAMESPACES
             .iter()
             .map(|s| s.to_string())

@@ -1,6 +1,7 @@
 //! What `check` read of the cluster, in one value ([`ClusterView`]), and where it looked ([`Names`]).
 
 use super::*;
+use crate::names::{DEFAULT_CONFIG_MAP, DEFAULT_NAME, DEFAULT_NAMESPACE, DEFAULT_SECRET};
 
 /// A read that may have failed (forbidden, unreachable): `Err` says why, and the report says what it could
 /// not check instead of guessing.
@@ -38,11 +39,11 @@ pub struct Names {
 impl Default for Names {
     fn default() -> Self {
         Names {
-            namespace: "pdp-system".into(),
-            webhook_config: "pdp-injector".into(),
-            deployment: "pdp-injector".into(),
-            secret: "pdp-injector-tls".into(),
-            config_map: "pdp-injector-config".into(),
+            namespace: DEFAULT_NAMESPACE.into(),
+            webhook_config: DEFAULT_NAME.into(),
+            deployment: DEFAULT_NAME.into(),
+            secret: DEFAULT_SECRET.into(),
+            config_map: DEFAULT_CONFIG_MAP.into(),
             pdp_daemonsets: BTreeMap::new(),
         }
     }
