@@ -32,8 +32,7 @@ WORKLOADS = 100
 TARGET = 150_000
 
 
-def log(msg):
-    print(f"[check-scale] {msg}", file=sys.stderr, flush=True)
+log = e2e.tier.logger("check-scale")
 
 
 def pod_templates(h):

@@ -32,6 +32,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(REPO / "scripts/lib"))
+import tier  # noqa: E402  (what the tiers share: scripts/lib/tier.py)
+from tier import Fail, check, free_port, one_line  # noqa: E402,F401
 WEBHOOK_MANIFEST = REPO / "manifests/base/mutatingwebhookconfiguration.yaml"
 BASE_CONFIG = REPO / "manifests/base/config.yaml"
 PAUSE = "registry.k8s.io/pause:3.9"
@@ -50,26 +53,11 @@ NAME_LABEL = "kubernetes.io/metadata.name"
 SYSTEM_NAMESPACES = ["kube-system", "kube-public", "kube-node-lease", "default"]
 
 
-def log(msg):
-    print(f"[e2e] {msg}", file=sys.stderr, flush=True)
-
-
-class Fail(Exception):
-    """A case's check did not hold; the message is the one-line reason."""
+log = tier.logger("e2e")
 
 
 class Timeout(Exception):
     pass
-
-
-def check(cond, why):
-    if not cond:
-        raise Fail(why)
-
-
-def one_line(s, limit=400):
-    s = " ".join(str(s).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
 def die_with_parent():
@@ -81,17 +69,8 @@ def die_with_parent():
         pass
 
 
-def free_port(host="127.0.0.1"):
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def run(argv, *, input=None, timeout=60, check_rc=True, env=None):
-    p = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, env=env)
-    if check_rc and p.returncode != 0:
-        raise RuntimeError(f"{argv[0]} {' '.join(argv[1:4])}... failed ({p.returncode}): {p.stderr.strip()[-800:]}")
-    return p
+    return tier.run(argv, input=input, timeout=timeout, check_rc=check_rc, env=env)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -212,19 +191,11 @@ class Harness:
         return "\n".join(lines[-n:])
 
     def wait_for(self, what, fn, timeout, proc=None, interval=0.5):
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
+        def gone():
             if proc and not self.alive(proc):
-                raise RuntimeError(f"{proc} exited while waiting for {what}:\n{self.log_tail(proc)}")
-            try:
-                if fn():
-                    return
-            except Exception as e:  # noqa: BLE001 - retried until the deadline
-                last = e
-            time.sleep(interval)
-        raise RuntimeError(f"timed out after {timeout}s waiting for {what}"
-                           + (f" (last error: {last})" if last else ""))
+                return f"{proc} exited:\n{self.log_tail(proc)}"
+            return None
+        tier.wait_for(what, fn, timeout, interval=interval, still_alive=gone)
 
     # -- kubectl ----------------------------------------------------------------------------------------------------
     def kubectl(self, *args, input=None, check_rc=True, timeout=60):
@@ -372,19 +343,12 @@ class Harness:
     def start_local_cluster(self):
         w = self.workdir
         pki = w / "pki"
-        pki.mkdir()
         # CA, serving certificate (IP SAN 127.0.0.1), service-account key pair, static tokens.
-        run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", pki / "ca.key", "-out",
-             pki / "ca.crt", "-days", "2", "-subj", "/CN=pdp-injector-e2e-kube-ca"])
-        run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", pki / "apiserver.key", "-out",
-             pki / "apiserver.csr", "-subj", "/CN=kube-apiserver"])
-        (pki / "apiserver.ext").write_text(
-            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc\n"
-            "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n")
-        run(["openssl", "x509", "-req", "-in", pki / "apiserver.csr", "-CA", pki / "ca.crt", "-CAkey", pki / "ca.key",
-             "-CAcreateserial", "-out", pki / "apiserver.crt", "-days", "2", "-extfile", pki / "apiserver.ext"])
-        run(["openssl", "genrsa", "-out", pki / "sa.key", "2048"])
-        run(["openssl", "rsa", "-in", pki / "sa.key", "-pubout", "-out", pki / "sa.pub"])
+        ca = tier.Pki(pki)
+        ca.cert("ca", "/CN=pdp-injector-e2e-kube-ca", ca=True)
+        ca.cert("apiserver", "/CN=kube-apiserver", server=True,
+                san="IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc")
+        ca.service_account_keys()
         admin_token, webhook_token, nobody_token, checker_token = (secrets.token_hex(16) for _ in range(4))
         # The webhook authenticates as its ServiceAccount's user name, so manifests/base/rbac.yaml (bound to that
         # ServiceAccount) is what authorizes it: the harness runs it with exactly the permissions it ships with.
@@ -399,20 +363,8 @@ class Harness:
         os.chmod(pki / "tokens.csv", 0o600)
 
         etcd_client, etcd_peer = free_port(), free_port()
-        self.start("etcd", [
-            self.args.etcd, "--name", "e2e", "--data-dir", str(w / "etcd"),
-            "--listen-client-urls", f"http://127.0.0.1:{etcd_client}",
-            "--advertise-client-urls", f"http://127.0.0.1:{etcd_client}",
-            "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
-            "--initial-cluster", f"e2e=http://127.0.0.1:{etcd_peer}",
-            "--logger", "zap", "--log-level", "warn"])
-
-        def etcd_healthy():
-            with urllib.request.urlopen(f"http://127.0.0.1:{etcd_client}/health", timeout=2) as r:
-                return json.loads(r.read()).get("health") == "true"
-
-        self.wait_for("etcd", etcd_healthy, timeout=30, proc="etcd")
+        self.start("etcd", tier.etcd_argv(self.args.etcd, "e2e", w / "etcd", etcd_client, etcd_peer))
+        self.wait_for("etcd", lambda: tier.etcd_healthy("127.0.0.1", etcd_client), timeout=30, proc="etcd")
 
         api_port = free_port()
         self.start("kube-apiserver", [
@@ -465,13 +417,7 @@ class Harness:
 
     @staticmethod
     def kubeconfig_text(port, ca, token, user):
-        return yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
-            "clusters": [{"name": "e2e", "cluster": {"server": f"https://127.0.0.1:{port}",
-                                                     "certificate-authority": str(ca)}}],
-            "users": [{"name": user, "user": {"token": token}}],
-            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
-        })
+        return tier.kubeconfig(f"https://127.0.0.1:{port}", ca, user, token=token, context="e2e")
 
     def bootstrap_local_cluster(self):
         # Kubernetes 1.20 does not set kubernetes.io/metadata.name on namespaces (1.21+ does, on every namespace);
