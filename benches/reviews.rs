@@ -150,7 +150,7 @@ pub fn body(target: usize, class: Class) -> Vec<u8> {
         if let pdp_core::core::Outcome::Injected(done) =
             pdp_core::core::inject(&typed, &ns, &config)
         {
-            json_patch::patch(&mut pod, &done.patch).unwrap();
+            json_patch::patch(&mut pod, &done.patch.to_patch()).unwrap();
         }
     }
     review(&pod, class)

@@ -268,3 +268,45 @@ fn deep_nesting_inside_the_pod_is_a_denial_not_a_crash() {
     assert_eq!(out["response"]["allowed"], false);
     assert_eq!(summary.reason.code(), "invalid_object");
 }
+
+/// The answer is written by hand around the patch: every part is still JSON as a parser reads it, escapes and
+/// all, with exactly the keys of an AdmissionReview response.
+#[test]
+fn the_written_answer_is_exact_json_for_every_outcome() {
+    let uid = "u\"id\\\n\u{1}é";
+    for (label, keys) in [
+        (
+            "enabled",
+            vec!["allowed", "auditAnnotations", "patch", "patchType", "uid"],
+        ),
+        ("disabled", vec!["allowed", "auditAnnotations", "uid"]),
+        (
+            "bogus",
+            vec!["allowed", "auditAnnotations", "status", "uid"],
+        ),
+    ] {
+        let mut body = fixture();
+        body["request"]["uid"] = json!(uid);
+        let text = serde_json::to_vec(&body).unwrap();
+        let (bytes, _) = review(&text, &Config::builtin(), &labelled(label)).unwrap();
+        let out: Value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("{label}: {e}: {}", String::from_utf8_lossy(&bytes)));
+        let resp = out["response"].as_object().unwrap();
+        assert_eq!(resp["uid"], uid, "{label}");
+        let mut found: Vec<&str> = resp.keys().map(String::as_str).collect();
+        found.retain(|k| *k != "warnings");
+        found.sort();
+        assert_eq!(found, keys, "{label}");
+        assert_eq!(
+            out.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["apiVersion", "kind", "response"]
+        );
+        if let Some(patch) = resp.get("patch") {
+            let json = base64::engine::general_purpose::STANDARD
+                .decode(patch.as_str().unwrap())
+                .unwrap();
+            let ops: Vec<Value> = serde_json::from_slice(&json).unwrap();
+            assert!(ops.iter().all(|op| op["op"] == "add"), "{label}");
+        }
+    }
+}

@@ -278,7 +278,7 @@ fn inject_document(
             }
             // The patch is relative to the Pod, and a Pod template has the same `metadata` and `spec` keys, so
             // the same patch applies to the template and keeps any field the typed structs do not know.
-            json_patch::patch(template, &injected.patch)
+            json_patch::patch(template, &injected.patch.to_patch())
                 .map_err(|e| fail(format!("internal error applying the patch: {e}")))?;
         }
         Outcome::Skipped { .. } => {}

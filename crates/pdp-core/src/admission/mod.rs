@@ -107,28 +107,10 @@ struct Gvr<'a> {
     resource: &'a str,
 }
 
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewOut<'a> {
-    api_version: &'static str,
-    kind: &'static str,
-    response: ResponseOut<'a>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ResponseOut<'a> {
-    uid: &'a str,
-    allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<StatusOut>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    warnings: Vec<String>,
-    audit_annotations: BTreeMap<&'static str, &'static str>,
+/// Writes one small part of the answer (a string, the status, a string list or map) into its buffer.
+fn put<T: Serialize + ?Sized>(bytes: &mut Vec<u8>, value: &T) {
+    // Strings, numbers and string maps: writing them to memory cannot fail.
+    serde_json::to_writer(bytes, value).expect("the answer's parts serialize");
 }
 
 #[derive(Debug, Serialize)]
@@ -312,45 +294,74 @@ fn respond(request: &RequestHead<'_>, outcome: &Outcome) -> (Vec<u8>, ReviewSumm
         warnings: outcome.warnings().len(),
         patch_ops: 0,
     };
-    let mut response = ResponseOut {
-        uid: request.uid,
-        allowed: true,
-        status: None,
-        patch: None,
-        patch_type: None,
-        warnings: outcome.warnings().iter().map(ToString::to_string).collect(),
-        audit_annotations: BTreeMap::from([
-            ("decision", outcome.decision()),
-            ("reason", outcome.reason().code()),
-        ]),
-    };
-    match outcome {
+    let warnings: Vec<String> = outcome.warnings().iter().map(ToString::to_string).collect();
+    let audit = BTreeMap::from([
+        ("decision", outcome.decision()),
+        ("reason", outcome.reason().code()),
+    ]);
+    let mut status = None;
+    let patch = match outcome {
         Outcome::Injected(injected) => {
-            summary.patch_ops = injected.patch.0.len();
-            let json = serde_json::to_vec(&injected.patch).expect("a JSON Patch serializes");
-            response.patch = Some(base64::engine::general_purpose::STANDARD.encode(json));
-            response.patch_type = Some("JSONPatch");
+            summary.patch_ops = injected.patch.len();
+            Some(&injected.patch)
         }
-        Outcome::Skipped { .. } => {}
+        Outcome::Skipped { .. } => None,
         Outcome::Denied(denial) => {
-            response.allowed = false;
             // The Pod is fine and a retry may succeed: say so, as the apiserver's own errors do.
             let (code, reason) = match denial.reason {
                 Reason::NamespaceUnreadable => (503, "ServiceUnavailable"),
                 _ => (400, "BadRequest"),
             };
-            response.status = Some(StatusOut {
+            status = Some(StatusOut {
                 code,
                 reason,
                 message: denial.to_string(),
             });
+            None
         }
-    }
-    let out = ReviewOut {
-        api_version: API_VERSION,
-        kind: "AdmissionReview",
-        response,
     };
-    let bytes = serde_json::to_vec(&out).expect("an AdmissionReview serializes");
+    // The answer is written in one buffer: the patch's JSON once, its base64 straight after the envelope's
+    // head, and the small parts through serde (strings escaped as any JSON writer would).
+    let patch_json = patch.map(|p| {
+        let mut json = Vec::with_capacity(p.json_len());
+        p.write_json(&mut json);
+        json
+    });
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let capacity = 256 + patch_json.as_ref().map_or(0, |j| j.len() / 3 * 4 + 4);
+    let mut bytes = Vec::with_capacity(capacity);
+    bytes.extend_from_slice(br#"{"apiVersion":""#);
+    bytes.extend_from_slice(API_VERSION.as_bytes());
+    bytes.extend_from_slice(br#"","kind":"AdmissionReview","response":{"uid":"#);
+    put(&mut bytes, request.uid);
+    bytes.extend_from_slice(if status.is_none() {
+        br#","allowed":true"#
+    } else {
+        br#","allowed":false"#
+    });
+    if let Some(status) = &status {
+        bytes.extend_from_slice(br#","status":"#);
+        put(&mut bytes, status);
+    }
+    if let Some(json) = &patch_json {
+        bytes.extend_from_slice(br#","patch":""#);
+        let start = bytes.len();
+        bytes.resize(
+            start + base64::encoded_len(json.len(), true).expect("a patch fits in memory"),
+            0,
+        );
+        let written = b64
+            .encode_slice(json, &mut bytes[start..])
+            .expect("the buffer has the encoded length");
+        bytes.truncate(start + written);
+        bytes.extend_from_slice(br#"","patchType":"JSONPatch""#);
+    }
+    if !warnings.is_empty() {
+        bytes.extend_from_slice(br#","warnings":"#);
+        put(&mut bytes, &warnings);
+    }
+    bytes.extend_from_slice(br#","auditAnnotations":"#);
+    put(&mut bytes, &audit);
+    bytes.extend_from_slice(b"}}");
     (bytes, summary)
 }

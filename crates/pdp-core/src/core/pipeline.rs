@@ -3,13 +3,13 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use json_patch::{Patch, PatchOperation};
 use serde_json::Value;
 
 use crate::config::{Config, Mode, Profile, PssLevel};
 use crate::core::decide::{
     StatusDoubt, forged_status, missing_wiring, plan_profile, pod_profiles, status_key,
 };
+use crate::core::patch::JsonPatch;
 use crate::core::render::{Wiring, app_env, render, tls_applies};
 use crate::core::view::{PodView, pod_json};
 use crate::core::{Decision, Denial, NamespaceInfo, Plan, Reason, Status, Warning, decide};
@@ -27,7 +27,7 @@ pub struct Injected {
     /// What the status annotation records after this wiring.
     pub status: crate::core::Status,
     /// RFC 6902 patch from the input Pod to `pod`; never empty.
-    pub patch: json_patch::Patch,
+    pub patch: JsonPatch,
     /// Warnings for the user.
     pub warnings: Vec<Warning>,
 }
@@ -119,11 +119,6 @@ pub fn inject_view(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Ou
     wire(pod, plan, config)
 }
 
-/// The size of `patch` as JSON (bounded: only asked of a patch within [`MAX_PATCH_OPS`]).
-fn patch_bytes(patch: &Patch) -> usize {
-    serde_json::to_string(patch).map_or(usize::MAX, |json| json.len())
-}
-
 /// Renders a plan that [`decide`] made for `pod`, then each further profile the Pod lists.
 pub fn wire(pod: &PodView<'_>, plan: Plan, config: &Config) -> Outcome {
     let rendered =
@@ -135,19 +130,19 @@ pub fn wire(pod: &PodView<'_>, plan: Plan, config: &Config) -> Outcome {
         Ok(r) => r,
         Err(denial) => return Outcome::Denied(denial),
     };
-    if patch.0.is_empty() {
+    if patch.is_empty() {
         return Outcome::Skipped {
             reason: Reason::AlreadyInjected,
             warnings,
         };
     }
-    if patch.0.len() > MAX_PATCH_OPS {
+    if patch.len() > MAX_PATCH_OPS {
         return Outcome::Denied(Denial::pod_too_large(format!(
             "wiring the Pod takes {} patch operations, more than {MAX_PATCH_OPS}",
-            patch.0.len()
+            patch.len()
         )));
     }
-    let bytes = patch_bytes(&patch);
+    let bytes = patch.json_len();
     if bytes > MAX_PATCH_BYTES {
         return Outcome::Denied(Denial::pod_too_large(format!(
             "wiring the Pod takes a patch of {bytes} bytes, more than {MAX_PATCH_BYTES}"
@@ -246,12 +241,12 @@ fn sections(pod: &PodView<'_>) -> Value {
 /// far applied, so its operations apply in sequence after them. Two profiles that would write the same
 /// variable, container, port or volume are refused, naming both.
 fn wire_more(
-    first: Patch,
+    first: JsonPatch,
     mut warnings: Vec<Warning>,
     input: &PodView<'_>,
     plan: &Plan,
     config: &Config,
-) -> Result<(Patch, Vec<Warning>), Denial> {
+) -> Result<(JsonPatch, Vec<Warning>), Denial> {
     // The list as the Pod gives it; decide has checked it. A re-wiring's first profile is the recorded one.
     let Ok(listed) = pod_profiles(input, config) else {
         return Ok((first, warnings));
@@ -261,7 +256,7 @@ fn wire_more(
     }
     let internal = Denial::invalid_object;
     let mut current = sections(input);
-    json_patch::patch(&mut current, &first).map_err(|e| internal(e.to_string()))?;
+    json_patch::patch(&mut current, &first.to_patch()).map_err(|e| internal(e.to_string()))?;
     let mut ops = first.0;
     let mut done: Vec<&str> = vec![plan.profile.as_str()];
     for name in listed.iter().filter(|p| **p != plan.profile) {
@@ -334,25 +329,17 @@ fn wire_more(
         // Pointers from their tokens (RFC 6901 escapes `~` and `/`), as every other path of the patch.
         let status_path = super::patch::pointer(["metadata", "annotations", ANNOTATION_STATUS]);
         let own_path = super::patch::pointer(["metadata", "annotations", key.as_str()]);
-        let moved: Vec<PatchOperation> = out
-            .patch
-            .0
-            .into_iter()
-            .map(|mut op| {
-                if let PatchOperation::Add(add) = &mut op
-                    && add.path == status_path
-                {
-                    add.path = own_path.clone();
-                }
-                op
-            })
-            .collect();
-        let moved = Patch(moved);
-        json_patch::patch(&mut current, &moved).map_err(|e| internal(e.to_string()))?;
+        let mut moved = out.patch;
+        for op in &mut moved.0 {
+            if op.path == status_path {
+                op.path = own_path.clone();
+            }
+        }
+        json_patch::patch(&mut current, &moved.to_patch()).map_err(|e| internal(e.to_string()))?;
         ops.extend(moved.0);
         warnings.extend(out.warnings);
     }
-    Ok((Patch(ops), warnings))
+    Ok((JsonPatch(ops), warnings))
 }
 
 /// What two profiles wired into one Pod in `mode` would both claim, if anything.
@@ -422,8 +409,9 @@ fn clash(a: &Profile, b: &Profile, mode: Mode, pss: PssLevel) -> Option<String> 
 }
 
 /// `pod` with `patch` applied, as the apiserver would store it (the offline command and tests show it).
-pub fn patched(pod: &Pod, patch: &json_patch::Patch) -> Result<Pod, String> {
+pub fn patched(pod: &Pod, patch: &JsonPatch) -> Result<Pod, String> {
     let mut doc = serde_json::to_value(pod).map_err(|e| e.to_string())?;
-    json_patch::patch(&mut doc, patch).map_err(|e| format!("the patch does not apply: {e}"))?;
+    json_patch::patch(&mut doc, &patch.to_patch())
+        .map_err(|e| format!("the patch does not apply: {e}"))?;
     serde_json::from_value(doc).map_err(|e| format!("the patched object is not a Pod: {e}"))
 }

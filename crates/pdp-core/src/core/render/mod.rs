@@ -13,7 +13,6 @@ mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use json_patch::Patch;
 use k8s_openapi::api::core::v1::{Container, EnvVar, Volume, VolumeMount};
 
 pub use env::app_env;
@@ -23,7 +22,7 @@ use sidecar::{Classic, classic_sidecar};
 use volumes::{ensure_mount, ensure_volume, mtls_volume, socket_volume, tls_volume};
 
 use crate::config::{Config, Mode, NodeAddressFamily, Placement, Profile, PssLevel};
-use crate::core::patch::{PatchBuilder, pointer};
+use crate::core::patch::{JsonPatch, PatchBuilder, pointer};
 use crate::core::view::{MountEntry, PodView, SpecView, parse_list, volume_entries};
 use crate::core::{Denial, Plan, Reason, Status, Warning, WarningCode};
 use crate::names::*;
@@ -32,7 +31,7 @@ use crate::names::*;
 #[derive(Debug, Clone)]
 pub struct Rendered {
     /// The JSON Patch that applies the wiring to the Pod; empty when the Pod already has all of it.
-    pub patch: Patch,
+    pub patch: JsonPatch,
     /// Warnings for the user.
     pub warnings: Vec<Warning>,
     /// What was written into the status annotation.

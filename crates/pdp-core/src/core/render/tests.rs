@@ -105,7 +105,7 @@ fn classic(pod: serde_json::Value) -> Result<serde_json::Value, Denial> {
     match inject_json(&pod.to_string(), &NamespaceInfo::named("shop"), &config) {
         Outcome::Injected(i) => {
             let mut out = pod.clone();
-            json_patch::patch(&mut out, &i.patch).unwrap();
+            json_patch::patch(&mut out, &i.patch.to_patch()).unwrap();
             Ok(out)
         }
         Outcome::Denied(d) => Err(d),
