@@ -394,11 +394,15 @@ fn review_response(state: &AppState, result: ReviewResult) -> Result<Response, A
         .into_response())
 }
 
-/// Runs `work` on the blocking pool with the request's body and config: a review's cost grows with the Pod, and
-/// on an async worker the request's deadline could not cut it off (the 504 waits for it) nor could other requests
-/// run meanwhile. `held` (the review's permit and the body's budget) is kept until `work` ends, also when the
-/// deadline answered first, so the in-flight bound and the memory budget still count what runs. `None`: `work`
-/// panicked (a bug; the request gets a 500).
+/// Bodies up to this size are reviewed on the async worker that read them: a review of 64 KiB takes about a
+/// hundred microseconds (BENCHMARKS.md), less than the hand-off to another thread and back costs a small one.
+const INLINE_REVIEW_BYTES: usize = 64 * 1024;
+
+/// Runs `work` with the request's body and config. A larger body goes to the blocking pool: a review's cost grows
+/// with the Pod, and on an async worker the request's deadline could not cut it off (the 504 waits for it) nor
+/// could other requests run meanwhile. `held` (the review's permit and the body's budget) is kept until `work`
+/// ends, also when the deadline answered first, so the in-flight bound and the memory budget still count what
+/// runs. `None`: `work` panicked (a bug; the request gets a 500), inline or not.
 async fn off_thread<T, H>(
     held: &Arc<H>,
     body: &Arc<Vec<u8>>,
@@ -409,6 +413,10 @@ where
     T: Send + 'static,
     H: Send + Sync + 'static,
 {
+    if body.len() <= INLINE_REVIEW_BYTES {
+        let run = std::panic::AssertUnwindSafe(|| work(body, config));
+        return std::panic::catch_unwind(run).ok();
+    }
     let (held, body, config) = (held.clone(), body.clone(), config.clone());
     tokio::task::spawn_blocking(move || {
         let _held = held;

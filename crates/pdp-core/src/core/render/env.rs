@@ -178,16 +178,32 @@ pub(super) fn ensure_env<'o>(
     inserts
 }
 
-/// True when `text` holds `"name"`.
-fn contains_quoted(text: &str, name: &str) -> bool {
-    text.match_indices(name)
-        .any(|(at, _)| text[..at].ends_with('"') && text[at + name.len()..].starts_with('"'))
+/// Whether a JSON text without backslashes may name one of `names` as a variable: some `"name"` key whose value
+/// is one of them. Without a backslash nothing is escaped, so the text says it literally; a `"name"` key of a
+/// nested object (a `configMapKeyRef`) can only make this true by mistake, and then the list is parsed. One pass
+/// over the text whatever the number of names.
+fn names_any(text: &str, names: &[&str]) -> bool {
+    const KEY: &str = "\"name\"";
+    let mut rest = text;
+    while let Some(at) = rest.find(KEY) {
+        rest = &rest[at + KEY.len()..];
+        let Some(value) = rest.trim_start().strip_prefix(':') else {
+            continue;
+        };
+        if let Some(value) = value.trim_start().strip_prefix('"')
+            && let Some(end) = value.find('"')
+            && names.contains(&&value[..end])
+        {
+            return true;
+        }
+    }
+    false
 }
 
 /// The entries of a container's `env` that rendering must compare: those that may define one of `names`.
 /// Rendering puts its variables in front of the list, so the other entries matter to nothing but their
-/// positions, which a prepend leaves alone. A list whose text has no escape and does not hold `"NAME"` for any
-/// of `names` cannot define one (a JSON string without escapes is written literally): none of it is parsed,
+/// positions, which a prepend leaves alone. A list whose text has no escape and no `"name": "NAME"` for any of
+/// `names` cannot define one (a JSON string without escapes is written literally): none of it is parsed,
 /// which is most of the work of wiring a large Pod. Any other list is parsed.
 pub(super) fn relevant_env<'a>(
     raw: Option<&'a RawValue>,
@@ -198,10 +214,7 @@ pub(super) fn relevant_env<'a>(
         return Ok(None);
     };
     let text = raw.get();
-    if text.starts_with('[')
-        && !text.contains('\\')
-        && !names.iter().any(|n| contains_quoted(text, n))
-    {
+    if text.starts_with('[') && !text.contains('\\') && !names_any(text, names) {
         return Ok(Some(Vec::new()));
     }
     parse_list(Some(raw), &what())

@@ -19,6 +19,18 @@ fn env_lists_are_parsed_only_when_they_may_define_ours() {
             .unwrap()
             .is_empty()
     );
+    // With spaces around the colon, as a client may write it: still found.
+    let spaced = raw(r#"[ { "name" : "CERBOS_PDP_ADDR", "value": "x" } ]"#);
+    let env = relevant_env(Some(&spaced), &names, what).unwrap().unwrap();
+    assert_eq!(env.len(), 1);
+    // Our name inside a longer string is not ours: not parsed either.
+    let longer = raw(r#"[{"name":"XCERBOS_PDP_ADDR","value":"CERBOS_PDP_ADDR_2"},{"name":5}]"#);
+    assert!(
+        relevant_env(Some(&longer), &names, what)
+            .unwrap()
+            .unwrap()
+            .is_empty()
+    );
     // Ours by name, or spelled with an escape: parsed, and found.
     for text in [
         r#"[{"name":"A","value":"1"},{"name":"CERBOS_PDP_ADDR","value":"x"}]"#,
@@ -31,9 +43,15 @@ fn env_lists_are_parsed_only_when_they_may_define_ours() {
             "{text}"
         );
     }
-    // Our name as a value only: parsed, nothing found, same answer.
-    let value = raw(r#"[{"name":"A","value":"CERBOS_PDP_ADDR"}]"#);
+    // Our name as a value only defines nothing of ours: not parsed (the malformed entry proves it).
+    let value = raw(r#"[{"name":"A","value":"CERBOS_PDP_ADDR"},{"name":5}]"#);
     let env = relevant_env(Some(&value), &names, what).unwrap().unwrap();
+    assert!(env.is_empty());
+    // A nested "name" that happens to be ours (a configMapKeyRef): parsed, to be safe, and the entry found.
+    let nested = raw(
+        r#"[{"name":"A","valueFrom":{"configMapKeyRef":{"name":"CERBOS_PDP_ADDR","key":"k"}}}]"#,
+    );
+    let env = relevant_env(Some(&nested), &names, what).unwrap().unwrap();
     assert_eq!(env.len(), 1);
     // A list that is not a list is parsed, and refused.
     let odd = raw(r#""CERBOS_PDP_ADDR""#);
