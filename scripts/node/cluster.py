@@ -26,6 +26,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+import tier  # noqa: E402  (what the tiers share: scripts/lib/tier.py)
+
 STATE = Path(os.environ.get("NODE_STATE_DIR", "/var/lib/pdp-injector-node"))
 RUN = Path(os.environ.get("NODE_RUN_DIR", "/run/pdp-injector-node"))
 NODE_IP = os.environ.get("NODE_IP", "10.245.0.1")
@@ -55,30 +58,17 @@ COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
               "kube-proxy"]
 
 
-def log(msg):
-    print(f"[cluster] {msg}", file=sys.stderr, flush=True)
+log = tier.logger("cluster")
 
 
 def sh(*argv, check=True, input=None, timeout=120, quiet=False):
-    p = subprocess.run([str(a) for a in argv], capture_output=True, text=True, input=input, timeout=timeout)
-    if check and p.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, argv))} failed ({p.returncode}): {p.stderr.strip()[-1500:]}")
-    return p
+    return tier.run(*argv, check_rc=check, input=input, timeout=timeout)
 
 
 def wait_for(what, fn, timeout, interval=0.5, proc=None):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        if proc and not alive(proc):
-            raise RuntimeError(f"{proc} exited while waiting for {what}:\n{tail(proc)}")
-        try:
-            if fn():
-                return
-        except Exception as e:  # noqa: BLE001 - retried until the deadline
-            last = e
-        time.sleep(interval)
-    raise RuntimeError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else ""))
+    def gone():
+        return f"{proc} exited:\n{tail(proc)}" if proc and not alive(proc) else None
+    tier.wait_for(what, fn, timeout, interval=interval, still_alive=gone)
 
 
 def tail(name, n=40):
@@ -191,34 +181,14 @@ def shim_pids():
 
 # ---- certificates and kubeconfigs --------------------------------------------------------------------------
 
-def openssl_cert(name, subj, *, ca=False, san=None, client=False, server=False):
-    key, crt = PKI / f"{name}.key", PKI / f"{name}.crt"
-    if crt.exists():
-        return
-    sh("openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key)
-    if ca:
-        sh("openssl", "req", "-x509", "-new", "-key", key, "-out", crt, "-days", "30", "-subj", subj,
-           "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-        return
-    ext = PKI / f"{name}.ext"
-    usage = ",".join(u for u, on in [("serverAuth", server), ("clientAuth", client)] if on)
-    ext.write_text("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-                   f"extendedKeyUsage={usage}\n" + (f"subjectAltName={san}\n" if san else ""))
-    sh("openssl", "req", "-new", "-key", key, "-out", PKI / f"{name}.csr", "-subj", subj)
-    sh("openssl", "x509", "-req", "-in", PKI / f"{name}.csr", "-CA", PKI / "ca.crt", "-CAkey", PKI / "ca.key",
-       "-CAcreateserial", "-out", crt, "-days", "30", "-extfile", ext)
+def openssl_cert(name, subj, **kind):
+    tier.Pki(PKI).cert(name, subj, **kind)
 
 
 def kubeconfig(name, user):
     path = STATE / f"{name}.kubeconfig"
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "pdp-node",
-        "clusters": [{"name": "pdp-node", "cluster": {"server": f"https://{NODE_IP}:{API_PORT}",
-                                                      "certificate-authority": str(PKI / "ca.crt")}}],
-        "users": [{"name": user, "user": {"client-certificate": str(PKI / f"{name}.crt"),
-                                          "client-key": str(PKI / f"{name}.key")}}],
-        "contexts": [{"name": "pdp-node", "context": {"cluster": "pdp-node", "user": user}}],
-    }, indent=1))
+    path.write_text(tier.kubeconfig(f"https://{NODE_IP}:{API_PORT}", PKI / "ca.crt", user,
+                                    cert=PKI / f"{name}.crt", key=PKI / f"{name}.key", context="pdp-node"))
     return path
 
 
@@ -235,9 +205,7 @@ def make_pki():
     openssl_cert("kube-controller-manager", "/CN=system:kube-controller-manager", client=True)
     openssl_cert("kube-scheduler", "/CN=system:kube-scheduler", client=True)
     openssl_cert("kube-proxy", "/CN=system:kube-proxy", client=True)
-    if not (PKI / "sa.key").exists():
-        sh("openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", PKI / "sa.key")
-        sh("openssl", "ec", "-in", PKI / "sa.key", "-pubout", "-out", PKI / "sa.pub")
+    tier.Pki(PKI).service_account_keys()
     for n in ["admin", "kubelet", "kube-controller-manager", "kube-scheduler", "kube-proxy"]:
         kubeconfig(n, n)
 
@@ -407,18 +375,8 @@ def up(args):
             "kube-proxy": args.kube_proxy}
 
     if not alive("etcd"):
-        start("etcd", [bins["etcd"], "--name", "pdp-node", "--data-dir", STATE / "etcd",
-                       "--listen-client-urls", f"http://{NODE_IP}:2379",
-                       "--advertise-client-urls", f"http://{NODE_IP}:2379",
-                       "--listen-peer-urls", f"http://{NODE_IP}:2380",
-                       "--initial-advertise-peer-urls", f"http://{NODE_IP}:2380",
-                       "--initial-cluster", f"pdp-node=http://{NODE_IP}:2380",
-                       "--logger", "zap", "--log-level", "warn"])
-
-    def etcd_ok():
-        with urllib.request.urlopen(f"http://{NODE_IP}:2379/health", timeout=2) as r:
-            return json.loads(r.read()).get("health") == "true"
-    wait_for("etcd", etcd_ok, 60, proc="etcd")
+        start("etcd", tier.etcd_argv(bins["etcd"], "pdp-node", STATE / "etcd", 2379, 2380, host=NODE_IP))
+    wait_for("etcd", lambda: tier.etcd_healthy(NODE_IP, 2379), 60, proc="etcd")
 
     if not alive("kube-apiserver"):
         start("kube-apiserver", [
