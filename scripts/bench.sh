@@ -12,13 +12,15 @@
 # What it does: builds the release binary and the benchmark tools of bench/ (null-server, loadgen, gen-reviews,
 # bench-report), generates certificates and AdmissionReview bodies (benches/reviews.rs, the criterion benchmark's
 # inputs), then
-#   1. criterion: `cargo bench --bench core` (the core path; 22 KiB inject only with --quick);
+#   1. criterion: `cargo bench --bench core` (the core path; 22 KiB inject only with --quick), and the core path
+#      stage by stage (bench/src/bin/stages.rs, 22 KiB inject: decode, view, decide, render, encode);
 #   2. for each case (the request mix and each class alone), the null handler (bench/src/bin/null-server.rs, same
 #      stack, same bodies) and `pdp-injector serve` back to back (the order flips every round), each a fresh
 #      process pinned to core 0 with the load generator (bench/src/bin/loadgen.rs) pinned to core 1: closed loop
 #      with keep-alive at 1, 8 and 64 connections, then open loop at 1,000 req/s on 8 connections; server CPU
 #      per request from /proc/PID/stat over the measurement window, peak RSS (VmHWM); the rounds repeat all of
-#      it and the report takes medians;
+#      it and the report takes medians; the inject case also at 2 and 80 KiB (inject_2k, inject_80k), for the
+#      cost per extra KiB against the floor's;
 #   3. a flood: 512 connections posting 80 KiB reviews closed-loop at `serve` (default --max-in-flight 256), and
 #      the same at the null handler (how much of the memory is the stack's);
 #   4. offline `inject` of a 20,000-document YAML stream (median of 3);
@@ -30,7 +32,7 @@ cd "$(dirname "$0")/.."
 
 quick=0
 rounds=
-cases="mix inject opted_out already_injected bare update"
+cases="mix inject inject_2k inject_80k opted_out already_injected bare update"
 criterion=1
 max_wait=1200
 oha=0
@@ -103,7 +105,7 @@ trap 'exit 130' INT TERM
 step "building the release binary and the benchmark tools (bench/)"
 cargo build --release --locked --bin pdp-injector >&2
 cargo build --release --locked -p pdp-injector-bench \
-    --bin null-server --bin loadgen --bin gen-reviews --bin bench-report >&2
+    --bin null-server --bin loadgen --bin gen-reviews --bin bench-report --bin stages >&2
 if [ "$oha" = 1 ] && ! command -v oha >/dev/null; then
     step "installing oha from crates.io"
     cargo install oha --locked >&2
@@ -160,6 +162,12 @@ if [ "$criterion" = 1 ]; then
     else
         taskset -c 0 cargo bench --locked --bench core >&2
     fi
+    # Where the core path's time goes, stage by stage (bench/src/bin/stages.rs): the 22 KiB inject review.
+    step "the core path stage by stage (22 KiB inject), pinned to core 0"
+    wait_quiet
+    if [ "$quick" = 1 ]; then stage_args=(--warm-up-time 0.5 --measurement-time 1); else stage_args=(); fi
+    taskset -c 0 "$tools/stages" --bench 'Inject/.*/22KiB' "${stage_args[@]}" 2>&1 \
+        | awk '/^stage\//{name=$1} /time:/{print "  " name, $(NF-3), $(NF-2)}' | tee "$out/stages.txt" >&2
 fi
 
 # --- 2. load runs --------------------------------------------------------------------------------------------
@@ -174,6 +182,9 @@ bodies_of() {
     case "$1" in
         mix) echo "$b/inject-22k.json@60 $b/opted_out-22k.json@20 $b/already_injected-22k.json@10 $b/bare-22k.json@5 $b/update-22k.json@5" ;;
         flood) echo "$b/inject-80k.json@1" ;;
+        # The same Pod at 2 and 80 KiB: the cost per extra KiB against the floor's.
+        inject_2k) echo "$b/inject-2k.json@1" ;;
+        inject_80k) echo "$b/inject-80k.json@1" ;;
         *) echo "$b/$1-22k.json@1" ;;
     esac
 }

@@ -42,9 +42,11 @@ struct Args {
 }
 
 const MODES: [&str; 4] = ["c1", "c8", "c64", "open1000"];
-const CASES: [&str; 6] = [
+const CASES: [&str; 8] = [
     "mix",
     "inject",
+    "inject_2k",
+    "inject_80k",
     "opted_out",
     "already_injected",
     "bare",
@@ -59,6 +61,8 @@ const P99_US: f64 = 1000.0;
 const FLOOD_RSS_MIB: f64 = 32.0;
 const APISERVER_TIMEOUT_US: f64 = 10e6;
 const OFFLINE_S: f64 = 2.0;
+/// The server's CPU per extra KiB of an injected Pod, against the floor's (which reads the same bytes).
+const PER_KIB_RATIO: f64 = 2.0;
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
     v.retain(|x| x.is_finite());
@@ -616,6 +620,8 @@ fn main() {
     for case in &cases {
         let (limit, what) = match *case {
             "inject" => (RATIO_INJECT, "Pods injected"),
+            "inject_2k" => (RATIO_INJECT, "Pods injected, 2 KiB"),
+            "inject_80k" => (RATIO_INJECT, "Pods injected, 80 KiB"),
             "mix" => continue,
             "update" => (RATIO_SKIP, "other kinds (UPDATE)"),
             _ => (RATIO_SKIP, "Pods skipped"),
@@ -640,6 +646,24 @@ fn main() {
                     .collect::<Vec<_>>()
                     .join(" "),
                 others.join(", ")
+            ),
+        );
+    }
+    // What each extra KiB of an injected Pod costs at c8, ours against the floor's, between 2 and 22 KiB and
+    // between 22 and 80 KiB: the fixed cost of a request apart.
+    for (small, large, kib) in [("inject_2k", "inject", 20.0), ("inject", "inject_80k", 58.0)] {
+        let cpu = |kind: &str, case: &str| report.med(kind, case, "c8", "/server/cpu_us_per_req");
+        let per_kib = |kind: &str| Some((cpu(kind, large)? - cpu(kind, small)?) / kib);
+        let (ours, floor) = (per_kib("ours"), per_kib("floor"));
+        let ratio = ours.zip(floor).map(|(o, f)| o / f);
+        report.verdict(
+            &format!("CPU per extra KiB at c8, {small} -> {large}, ours/floor <= {PER_KIB_RATIO}x"),
+            format!("{}x", fmt(ratio, 2)),
+            ratio.map(|r| r <= PER_KIB_RATIO),
+            &format!(
+                "ours {} us vs floor {} us per KiB",
+                fmt(ours, 2),
+                fmt(floor, 2)
             ),
         );
     }
