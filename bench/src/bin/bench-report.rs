@@ -651,7 +651,10 @@ fn main() {
     }
     // What each extra KiB of an injected Pod costs at c8, ours against the floor's, between 2 and 22 KiB and
     // between 22 and 80 KiB: the fixed cost of a request apart.
-    for (small, large, kib) in [("inject_2k", "inject", 20.0), ("inject", "inject_80k", 58.0)] {
+    for (small, large, kib) in [
+        ("inject_2k", "inject", 20.0),
+        ("inject", "inject_80k", 58.0),
+    ] {
         let cpu = |kind: &str, case: &str| report.med(kind, case, "c8", "/server/cpu_us_per_req");
         let per_kib = |kind: &str| Some((cpu(kind, large)? - cpu(kind, small)?) / kib);
         let (ours, floor) = (per_kib("ours"), per_kib("floor"));
