@@ -602,8 +602,8 @@ def _():
     old_pods = pdp_pod_names("cerbos-pdp")
     cm = get("configmap", "cerbos-pdp-config", "pdp-node")
     conf = cm["data"]["config.yaml"]
-    check('udsFileMode: "0o777"' in conf, "the shipped Cerbos config changed shape; update this case")
-    new_conf = conf.replace('udsFileMode: "0o777"', 'udsFileMode: "0o777"\n  requestLimits:\n'
+    check('udsFileMode: "0o770"' in conf, "the shipped Cerbos config changed shape; update this case")
+    new_conf = conf.replace('udsFileMode: "0o770"', 'udsFileMode: "0o770"\n  requestLimits:\n'
                             '    maxActionsPerResource: 40\n    maxResourcesPerRequest: 40')
     kubectl("create", "-f", "-", input={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
         "name": "cerbos-pdp-config-next", "namespace": "pdp-node"}, "data": {"config.yaml": new_conf}})

@@ -45,6 +45,12 @@ pub struct NodeProxyFlags {
         default_value = "/var/run/cerbos/instances"
     )]
     pub instances: PathBuf,
+    /// The user (uid) whose instance sockets get connections: the directory must be owned by it and writable by
+    /// it alone, each socket owned by it and not world-writable, and the process serving it must run as it
+    /// (SO_PEERCRED). Default: the owner of --instances (which the shipped init container chowns to the PDP's
+    /// user). Anything else is refused, logged once and counted (refused_instances).
+    #[arg(long, env = "PDP_NODE_PROXY_INSTANCE_OWNER")]
+    pub instance_owner: Option<u32>,
     /// Suffix of the instance sockets TCP connections go to (Cerbos: its gRPC listener).
     #[arg(long, env = "PDP_NODE_PROXY_TCP_BACKEND", default_value = ".grpc.sock", value_parser = route::suffix_flag)]
     pub tcp_backend: String,

@@ -215,6 +215,8 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
         wait: flags.wait,
         retry_interval: flags.retry_interval,
         connect_timeout: flags.connect_timeout,
+        instance_owner: flags.instance_owner,
+        refused: Mutex::new(Default::default()),
     });
     let mut accept_tasks = Vec::new();
     let mut tls_task = None;

@@ -1,11 +1,14 @@
 //! The front's counters and their periodic log line.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use tracing::info;
+use tracing::{info, warn};
+
+use super::instances::Refusal;
 
 use super::*;
 
@@ -49,6 +52,10 @@ pub struct Stats {
     pub idle_closed: u64,
     /// Connections closed at a pause after --max-connection-age.
     pub aged_closed: u64,
+    /// Files of the instance directory refused by its checks (another user's socket, a world-writable one, a
+    /// symbolic link, a directory others can write, a socket served by another user's process), each counted
+    /// once; they get no connection.
+    pub refused_instances: u64,
     /// Per instance.
     pub instances: BTreeMap<String, InstanceCounts>,
 }
@@ -63,13 +70,39 @@ pub(super) struct Shared {
     pub(super) wait: Duration,
     pub(super) retry_interval: Duration,
     pub(super) connect_timeout: Duration,
+    /// --instance-owner: the only user whose instance sockets get connections (none: the directory's owner).
+    pub(super) instance_owner: Option<u32>,
+    /// The refused files of the instance directories (path and inode) already logged: each is logged and
+    /// counted once. Bounded: past [`REFUSED_REMEMBERED`] it starts again (a flood is logged again, not stored).
+    pub(super) refused: Mutex<HashSet<(PathBuf, u64)>>,
 }
+
+/// How many refused files are remembered, so that each is logged once.
+const REFUSED_REMEMBERED: usize = 1024;
 
 impl Shared {
     pub(super) fn count(&self, f: impl FnOnce(&mut Stats)) {
         // A poisoned lock only means a panic elsewhere while counting: the counters stay usable.
         let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut stats);
+    }
+
+    /// Logs (once per file) and counts a file of the instance directory that the checks refuse.
+    pub(super) fn refuse_instance(&self, route: &Route, path: &Path, ino: u64, refusal: &Refusal) {
+        let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        if refused.len() >= REFUSED_REMEMBERED {
+            refused.clear();
+        }
+        if refused.insert((path.to_path_buf(), ino)) {
+            drop(refused);
+            self.count(|s| s.refused_instances += 1);
+            warn!(
+                route = route.kind,
+                path = %path.display(),
+                reason = %refusal,
+                "instance socket refused: it gets no connection (logged once; counted in refused_instances)"
+            );
+        }
     }
 
     pub(super) fn instance(&self, name: &str, f: impl FnOnce(&mut InstanceCounts)) {
@@ -96,6 +129,7 @@ pub(super) async fn log_stats(shared: Arc<Shared>, every: Duration) {
                 tls_failed = now.tls_failed,
                 tls_reloaded = now.tls_reloaded,
                 tls_reload_failed = now.tls_reload_failed,
+                refused_instances = now.refused_instances,
                 instances = ?now.instances,
                 "node-proxy counters"
             );
