@@ -11,8 +11,8 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{Mode, OFlags};
 use rustix::mount::{MountFlags, UnmountFlags};
+use std::os::unix::fs::OpenOptionsExt;
 
 /// Why the target's directories cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -70,15 +70,15 @@ pub fn make_target(target: &Path) -> Result<(), WalkError> {
     }
 }
 
-fn open_dir(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
-    Ok(rustix::fs::open(
-        path,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?)
+/// Opens a directory as a path handle (`O_PATH`: no read access needed), refusing a link at the last component.
+fn open_dir(path: &Path) -> io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
 }
 
-fn fd_path(fd: &std::os::fd::OwnedFd) -> String {
+fn fd_path(fd: &std::fs::File) -> String {
     format!("/proc/self/fd/{}", fd.as_raw_fd())
 }
 
