@@ -34,7 +34,10 @@ const BINARY_LAYERS: &[(&str, &[&str])] = &[
     // The CSI node plugin: its own gRPC servers, mounts and gate; nothing of the webhook's.
     ("csi", &[]),
     // The command line wires every layer (main.rs only calls it).
-    ("cli", &["tls", "cluster", "webhook", "check", "node", "csi"]),
+    (
+        "cli",
+        &["tls", "cluster", "webhook", "check", "node", "csi"],
+    ),
 ];
 
 /// The core crate's modules, as the binary re-exports them (`crate::core`, `crate::config`, ...).

@@ -80,6 +80,8 @@ fn in_order() -> ClusterView {
         scope: None,
         now: time::OffsetDateTime::now_utc().unix_timestamp(),
         native_sidecars: true,
+        csi_driver: Ok(false),
+        csi_nodes: Ok(Vec::new()),
         config: Some(ConfigSource::Installed(Ok(Some(String::new())))),
         webhook: Ok(Some(registered(&bundle.ca_cert_pem))),
         serving_cert: Ok(Some(bundle.cert_pem.clone().into_bytes())),

@@ -21,7 +21,7 @@ pub use sidecar::sidecar_container;
 use sidecar::{Classic, classic_sidecar};
 use volumes::{ensure_mount, ensure_volume, mtls_volume, socket_volume, tls_volume};
 
-use crate::config::{Config, Mode, NodeAddressFamily, Placement, Profile, PssLevel};
+use crate::config::{Config, Mode, NodeAddressFamily, Placement, Profile, SocketBy};
 use crate::core::patch::{JsonPatch, PatchBuilder, pointer};
 use crate::core::view::{MountEntry, PodView, SpecView, parse_list, volume_entries};
 use crate::core::{Denial, Plan, Reason, Status, Warning, WarningCode};
@@ -98,6 +98,7 @@ pub fn render(
     })?;
     let mut warnings = plan.warnings.clone();
     let (wiring, socket) = wiring(plan, profile, config, &mut warnings);
+    let by_csi = socket.as_ref().is_some_and(|v| v.csi.is_some());
     let mut pdp = pdp_container(spec, plan, profile, config);
     let volumes = pod_volumes(pod, spec, plan, profile, wiring, socket, pdp.as_mut())?;
     let ours = app_env(profile, wiring);
@@ -127,6 +128,7 @@ pub fn render(
         &wired,
         &ours,
         &warnings,
+        by_csi,
     );
 
     let mut patch = PatchBuilder::default();
@@ -155,8 +157,8 @@ fn wiring(
     warnings: &mut Vec<Warning>,
 ) -> (Wiring, Option<Volume>) {
     let previous = plan.previous.as_ref();
-    let downgraded = plan.mode == Mode::Daemonset && plan.pss > PssLevel::Privileged;
-    if downgraded && previous.is_none() && profile.host_socket {
+    let by = config.socket_by(profile, plan.pss);
+    if plan.mode == Mode::Daemonset && by == SocketBy::Downgraded && previous.is_none() {
         warnings.push(Warning {
             code: WarningCode::DowngradedPss,
             message: format!(
@@ -168,7 +170,7 @@ fn wiring(
         });
     }
     // A profile whose node-local PDP serves no socket: TCP only, and nothing to warn about.
-    let socket = socket_volume(profile, plan.mode, downgraded || !profile.host_socket);
+    let socket = socket_volume(profile, plan.mode, by);
     let with_socket = match previous {
         Some(prev) => prev.env.contains(&profile.env_names.socket),
         None => socket.is_some(),
@@ -482,6 +484,7 @@ fn status_of(
     wired: &[String],
     ours: &[EnvVar],
     warnings: &[Warning],
+    by_csi: bool,
 ) -> Status {
     if let Some(prev) = &plan.previous {
         let mut s = prev.clone();
@@ -503,6 +506,7 @@ fn status_of(
         containers: wired.to_vec(),
         env: ours.iter().map(|e| e.name.clone()).collect(),
         warnings: warnings.iter().map(|w| w.code).collect(),
+        socket_volume: by_csi.then(|| "csi".to_string()),
     }
 }
 
