@@ -627,7 +627,8 @@ mod tests {
             r.map(|_| ())
                 .map_err(|s| (s.code(), s.message().to_string()))
         };
-        let cases: Vec<(Box<dyn Fn(&mut NodePublishVolumeRequest)>, Code, &str)> = vec![
+        type Change = Box<dyn Fn(&mut NodePublishVolumeRequest)>;
+        let cases: Vec<(Change, Code, &str)> = vec![
             (
                 Box::new(|r| r.volume_id.clear()),
                 Code::InvalidArgument,

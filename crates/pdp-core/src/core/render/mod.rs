@@ -98,7 +98,6 @@ pub fn render(
     })?;
     let mut warnings = plan.warnings.clone();
     let (wiring, socket) = wiring(plan, profile, config, &mut warnings);
-    let by_csi = socket.as_ref().is_some_and(|v| v.csi.is_some());
     let mut pdp = pdp_container(spec, plan, profile, config);
     let volumes = pod_volumes(pod, spec, plan, profile, wiring, socket, pdp.as_mut())?;
     let ours = app_env(profile, wiring);
@@ -128,7 +127,6 @@ pub fn render(
         &wired,
         &ours,
         &warnings,
-        by_csi,
     );
 
     let mut patch = PatchBuilder::default();
@@ -484,7 +482,6 @@ fn status_of(
     wired: &[String],
     ours: &[EnvVar],
     warnings: &[Warning],
-    by_csi: bool,
 ) -> Status {
     if let Some(prev) = &plan.previous {
         let mut s = prev.clone();
@@ -506,7 +503,11 @@ fn status_of(
         containers: wired.to_vec(),
         env: ours.iter().map(|e| e.name.clone()).collect(),
         warnings: warnings.iter().map(|w| w.code).collect(),
-        socket_volume: by_csi.then(|| "csi".to_string()),
+        socket_volume: volumes
+            .new
+            .iter()
+            .any(|v| v.name == VOLUME_SOCKET && v.csi.is_some())
+            .then(|| "csi".to_string()),
     }
 }
 
