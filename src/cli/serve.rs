@@ -169,7 +169,7 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         let namespaces: Arc<dyn NamespaceSource> = match &client {
             Some(client) => {
                 options.fit.native_sidecars = cluster::versions::native_sidecars(client).await;
-                options.fit.csi_driver = cluster::csi_driver::installed(client).await;
+                options.csi_driver = Some(cluster::csi_driver::watch(client).await);
                 Arc::new(cluster::ClusterNamespaces::spawn(
                     client.clone(),
                     counters.clone(),

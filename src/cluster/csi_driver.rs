@@ -1,9 +1,11 @@
 //! Whether the cluster has the node plugin's CSIDriver (`csi.pdp-injector.io`): with `socketVolume: auto`, the
-//! webhook then gives daemonset-wired Pods the socket as a CSI volume. Read once at start, like the apiserver's
-//! version: installing or removing the driver takes a restart of the webhook (`kubectl -n pdp-system rollout
-//! restart deployment/pdp-injector`; the install order of the shipped manifests creates the driver first).
+//! webhook then gives daemonset-wired Pods the socket as a CSI volume. Read at start and then every
+//! [`POLL`] (one GET of one object), because an install may create the driver after the webhook started (Helm
+//! applies kinds it does not know, such as CSIDriver, last); a change re-applies the config.
 
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::Api;
@@ -36,4 +38,37 @@ pub async fn installed(client: &kube::Client) -> bool {
             false
         }
     }
+}
+
+/// How often the CSIDriver is read again.
+pub const POLL: Duration = Duration::from_secs(30);
+
+/// Reads the CSIDriver now, then every [`POLL`] in the background; the receiver holds the latest answer (a
+/// failed read keeps the last one).
+pub async fn watch(client: &kube::Client) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(installed(client).await);
+    let client = client.clone();
+    tokio::spawn(async move {
+        let api: Api<CSIDriver> = Api::all(client);
+        loop {
+            tokio::time::sleep(POLL).await;
+            if tx.is_closed() {
+                return;
+            }
+            if let Ok(Ok(found)) =
+                tokio::time::timeout(Duration::from_secs(10), api.get_opt(CSI_DRIVER)).await
+            {
+                let now = found.is_some();
+                if *tx.borrow() != now {
+                    info!(
+                        driver = CSI_DRIVER,
+                        installed = now,
+                        "the node plugin's CSIDriver changed"
+                    );
+                    tx.send_replace(now);
+                }
+            }
+        }
+    });
+    rx
 }
