@@ -307,11 +307,12 @@ pub enum SocketVolume {
     /// elsewhere TCP only (`downgraded_pss`).
     HostPath,
     /// A read-only CSI inline volume of the project's node plugin (driver [`crate::names::CSI_DRIVER`]), in
-    /// every namespace: allowed by every Pod Security level, and the Pod starts only once its node's PDP
-    /// answers. A profile the plugin does not serve (see [`Profile::csi_serves`]) falls back to `hostPath`.
+    /// every namespace, privileged ones too: allowed by every Pod Security level, and the Pod starts only once
+    /// its node's PDP answers. A profile the plugin does not serve (see [`Profile::csi_serves`]) falls back to `hostPath`.
     Csi,
-    /// `csi` where the cluster has the CSIDriver object (the webhook reads it at start; `check` reads it too;
-    /// offline `inject --csi-driver`), `hostPath` otherwise.
+    /// `hostPath` in `privileged` namespaces; elsewhere `csi` where the cluster has the CSIDriver object (the
+    /// webhook reads it at start and every 30 s; `check` reads it too; offline `inject --csi-driver`), TCP only
+    /// where it has not (`downgraded_pss`).
     #[default]
     Auto,
 }
@@ -341,16 +342,18 @@ impl Config {
         if !profile.host_socket {
             return SocketBy::NotServed;
         }
+        let privileged = pss == PssLevel::Privileged;
         let csi = profile.csi_serves()
             && match self.socket_volume {
                 SocketVolume::Csi => true,
-                SocketVolume::Auto => self.csi_driver,
+                // As shared/SPEC.md says: hostPath where the level allows it, CSI elsewhere.
+                SocketVolume::Auto => self.csi_driver && !privileged,
                 SocketVolume::HostPath => false,
             };
-        match (csi, pss) {
+        match (csi, privileged) {
             (true, _) => SocketBy::Csi,
-            (false, PssLevel::Privileged) => SocketBy::HostPath,
-            (false, _) => SocketBy::Downgraded,
+            (false, true) => SocketBy::HostPath,
+            (false, false) => SocketBy::Downgraded,
         }
     }
 }

@@ -743,12 +743,13 @@ fn the_socket_comes_by_csi_where_the_setting_and_the_driver_say_so() {
     // auto without the driver: as before CSI existed.
     assert_eq!(builtin.socket_by(cerbos, Privileged), SocketBy::HostPath);
     assert_eq!(builtin.socket_by(cerbos, Baseline), SocketBy::Downgraded);
-    // auto with the driver: CSI at every level, for the profile the plugin serves.
+    // auto with the driver: CSI below privileged, for the profile the plugin serves; hostPath where allowed.
     let with = builtin.clone().with_csi_driver(true);
     assert_ne!(with.hash, builtin.hash, "the fact is in the hash");
-    for level in [Privileged, Baseline, Restricted] {
+    for level in [Baseline, Restricted] {
         assert_eq!(with.socket_by(cerbos, level), SocketBy::Csi);
     }
+    assert_eq!(with.socket_by(cerbos, Privileged), SocketBy::HostPath);
     // flagd's /var/run/flagd is not the plugin's default directory and names no csiProfile.
     assert_eq!(with.socket_by(flagd, Baseline), SocketBy::Downgraded);
     assert_eq!(with.socket_by(flagd, Privileged), SocketBy::HostPath);
@@ -762,6 +763,7 @@ fn the_socket_comes_by_csi_where_the_setting_and_the_driver_say_so() {
     )
     .unwrap();
     assert_eq!(csi.socket_by(cerbos, Restricted), SocketBy::Csi);
+    assert_eq!(csi.socket_by(cerbos, Privileged), SocketBy::Csi);
     assert_eq!(csi.socket_by(&csi.profiles["f"], Restricted), SocketBy::Csi);
     // A node-local PDP without a socket: none, and nothing to warn about.
     let mut none = cerbos.clone();
