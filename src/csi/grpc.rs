@@ -10,9 +10,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::net::UnixListener;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::body::Body;
 use tonic::{Request, Response, Status};
+
+use super::authority::FixAuthority;
 
 /// A boxed future, as the services return.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -115,13 +118,15 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Serves `routes` on `listener` until `stop` resolves.
+/// Serves `routes` on `listener` until `stop` resolves; each connection's `:authority` is mended first
+/// ([`super::authority`]: the kubelet sends the socket's path there, which h2 refuses).
 pub async fn serve(
     listener: UnixListener,
     routes: Routes,
     stop: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
+    let incoming = UnixListenerStream::new(listener).map(|c| c.map(FixAuthority::new));
     tonic::transport::Server::builder()
-        .serve_with_incoming_shutdown(routes, UnixListenerStream::new(listener), stop)
+        .serve_with_incoming_shutdown(routes, incoming, stop)
         .await
 }

@@ -20,10 +20,12 @@
 //! linux-raw-sys; hyper, h2, tower and axum's dependencies were in the tree already (BENCHMARKS.md has the
 //! figure).
 //!
-//! The files: [`proto`] (messages), [`grpc`] (routing and serving), [`node`] (the RPCs), [`target`] (which
+//! The files: [`proto`] (messages), [`grpc`] (routing and serving), [`authority`] (the kubelet's `:authority`,
+//! mended before h2 reads it), [`node`] (the RPCs), [`target`] (which
 //! target paths are accepted; pure), [`mount`] (the walk and the read-only bind mount), [`gate`] (the wait for
 //! the node's PDP).
 
+pub mod authority;
 pub mod gate;
 pub mod grpc;
 pub mod mount;
