@@ -390,6 +390,15 @@ def _():
     check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
     check_client_output(out, ["tcp", "socket"])
     figure("  no downgraded_pss: the socket came as the CSI volume")
+    delete_app(ns)
+
+
+def delete_app(ns):
+    """Deletes the case's app while the plugin runs: a CSI volume is unmounted by the plugin that mounted it, so
+    Pods that hold one must go before a later case uninstalls the plugin."""
+    kubectl("-n", ns, "delete", "deployment", "app", "--wait=false")
+    wait_for(f"the app Pods of {ns} gone", lambda: pod_of(ns, "app") is None and not json.loads(kubectl(
+        "-n", ns, "get", "pods", "-o", "json").stdout)["items"], 90)
 
 
 @case("csi-plugin-restart-keeps-the-running-pods-socket")
@@ -513,6 +522,15 @@ def _():
     first = logs(ns, pod["metadata"]["name"])
     check("RESULT ok" in first, f"the app's first checks at start failed: {one_line(first, 800)}")
     check_client_output(first, ["tcp", "socket"])
+    # The plugin says it held this Pod's volume until the PDP answered (its gate), and for how long.
+    plugin = json.loads(kubectl("-n", "pdp-node", "get", "pods", "-l", "app.kubernetes.io/name=pdp-csi-node",
+                                "-o", "json").stdout)["items"][0]["metadata"]["name"]
+    held = [l for l in logs("pdp-node", plugin).splitlines()
+            if "publishing after the wait" in l and f"pod={ns}/{pod['metadata']['name']}" in l.replace('"', "")]
+    check(held, f"the plugin's log does not say it held {ns}/{pod['metadata']['name']} for the PDP")
+    waited = re.search(r"waited_ms=(\d+)", held[-1])
+    figure(f"  the plugin's gate held the volume {int(waited.group(1)) / 1000 if waited else '?'}s")
+    delete_app(ns)
     figure(f"  app held {t_app - t_created:.1f}s in all (front and PDP re-created {t_back - t_created:.1f}s after "
            f"the app, PDP ready {t_pdp - t_back:.1f}s later, app ready {t_app - t_pdp:.1f}s after that); its first "
            f"checks at start succeeded")
