@@ -511,8 +511,9 @@ def _():
     pod = pod_of(ns, "app")
     check(status_of(pod).get("socketVolume") == "csi", f"the app did not get the CSI volume: {status_of(pod)}")
     t_back = time.monotonic()
+    # As Helm (4: server-side apply, field manager helm) would create them, so later helm upgrades own them.
     for o in saved:
-        kubectl("create", "-f", "-", input=o)
+        kubectl("apply", "--server-side", "--field-manager=helm", "--force-conflicts", "-f", "-", input=o)
     rollout("daemonset", "cerbos-pdp", "pdp-node", 120)
     t_pdp = time.monotonic()
     rollout("deployment", "app", ns, 120)
@@ -1147,6 +1148,8 @@ def _():
     check(fix in p.stdout and "other_mode" in p.stdout,
           f"check does not name deployment/app (other_mode, `{fix}`): {one_line(p.stdout + p.stderr, 1500)}")
     figure(f"  check: other_mode, fix `{fix}`")
+    # Its Pod holds the CSI socket volume: it must go while the plugin runs (helm uninstall removes the plugin).
+    delete_app(ns)
 
 
 @case("helm-test-passes")
