@@ -181,7 +181,7 @@ pub(super) fn nodes_section(
         }
     }
     if let Some(config) = config {
-        csi_coverage(view, config, &profiles, nodes, &wired_on, section);
+        csi_coverage(view, config, &profiles, nodes, wired_on, section);
     }
 }
 
