@@ -397,8 +397,9 @@ def delete_app(ns):
     """Deletes the case's app while the plugin runs: a CSI volume is unmounted by the plugin that mounted it, so
     Pods that hold one must go before a later case uninstalls the plugin."""
     kubectl("-n", ns, "delete", "deployment", "app", "--wait=false")
-    wait_for(f"the app Pods of {ns} gone", lambda: pod_of(ns, "app") is None and not json.loads(kubectl(
-        "-n", ns, "get", "pods", "-o", "json").stdout)["items"], 90)
+    # Terminating ones too: gone means the kubelet unmounted the volume.
+    wait_for(f"the app Pods of {ns} gone", lambda: not json.loads(kubectl(
+        "-n", ns, "get", "pods", "-l", "app=app", "-o", "json").stdout)["items"], 90)
 
 
 @case("csi-plugin-restart-keeps-the-running-pods-socket")
