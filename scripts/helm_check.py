@@ -406,6 +406,15 @@ def check_options(objs, objs20):
     want(node["containers"][0]["resources"]["limits"]["memory"] == "320Mi", "nodeLocal.resources")
     want(front["containers"][0]["resources"]["limits"]["memory"] == "64Mi", "nodeLocal.frontResources")
     want(node.get("priorityClassName") == "system-cluster-critical", "nodeLocal.priorityClassName")
+    plugin = o["DaemonSet/pdp-node/pdp-csi-node"]["spec"]["template"]["spec"]
+    want("--kubelet-dir=/var/lib/k0s/kubelet" in plugin["containers"][0]["args"]
+         and {v["hostPath"]["path"] for v in plugin["volumes"]} == {
+             "/var/lib/k0s/kubelet/pods", "/var/lib/k0s/kubelet/plugins/csi.pdp-injector.io",
+             "/var/lib/k0s/kubelet/plugins_registry", "/var/run/cerbos"}
+         and {m["mountPath"] for m in plugin["containers"][0]["volumeMounts"]} == {
+             "/var/lib/k0s/kubelet/pods", "/var/lib/k0s/kubelet/plugins/csi.pdp-injector.io",
+             "/var/lib/k0s/kubelet/plugins_registry", "/var/run/cerbos"},
+         "nodeLocal.csi.kubeletDir on the plugin's paths and flag")
     inj = "mirror.example.com/pdp-injector/pdp-injector@sha256:" + "0" * 63 + "2"
     cer = "mirror.example.com/cerbos/cerbos@sha256:" + "0" * 63 + "1"
     want(web["template"]["spec"]["containers"][0]["image"] == inj and front["containers"][0]["image"] == inj,

@@ -7,7 +7,7 @@ import yaml
 
 CLUSTER_SCOPED = {
     "Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-    "ValidatingWebhookConfiguration", "PriorityClass", "CustomResourceDefinition", "ClusterIssuer",
+    "ValidatingWebhookConfiguration", "PriorityClass", "CSIDriver", "CustomResourceDefinition", "ClusterIssuer",
     "StorageClass", "RuntimeClass", "PersistentVolume", "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
 }

@@ -10,6 +10,7 @@
 //! - [`webhook`]: the HTTPS server;
 //! - [`check`]: the `check` command's reads of the cluster (its judging is the core's);
 //! - [`node`]: the node-local front (`node-proxy`) before the node's PDP instances;
+//! - [`csi`]: the CSI node plugin (`csi-node`) that gives app Pods the node's socket as an inline volume;
 //! - [`cli`]: the command line, each subcommand wiring the layers above (`main.rs` only calls it).
 
 pub use pdp_core::{admission, config, core, duration, names, offline, size};
@@ -17,6 +18,7 @@ pub use pdp_core::{admission, config, core, duration, names, offline, size};
 pub mod check;
 pub mod cli;
 pub mod cluster;
+pub mod csi;
 pub mod node;
 pub mod tls;
 pub mod webhook;

@@ -16,7 +16,7 @@ fn golden_root() -> PathBuf {
 
 fn load_dir(dir: &Path) -> (Config, Options) {
     let config_path = dir.join("config.yaml");
-    let config = if config_path.exists() {
+    let mut config = if config_path.exists() {
         Config::load(&config_path).unwrap_or_else(|e| panic!("{}: {e}", config_path.display()))
     } else {
         Config::builtin()
@@ -29,6 +29,10 @@ fn load_dir(dir: &Path) -> (Config, Options) {
         "{}/options.args: the directory's config.yaml is the config",
         dir.display()
     );
+    // As `inject --csi-driver`: a cluster with the node plugin's CSIDriver.
+    if flags.csi_driver {
+        config = config.with_csi_driver(true);
+    }
     (config, flags.options)
 }
 

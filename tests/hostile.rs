@@ -1152,6 +1152,12 @@ async fn idle_connections_to_the_front_leave_every_check_answered() {
         FrontDir(std::env::temp_dir().join(format!("pdp-hostile-front-{}", std::process::id())));
     let _ = std::fs::remove_dir_all(&dir.0);
     std::fs::create_dir_all(dir.0.join("instances")).unwrap();
+    // Writable by its owner alone, whatever the umask: the front refuses instance directories others can write.
+    std::fs::set_permissions(
+        dir.0.join("instances"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let _instances = echo_instances(vec![
         dir.0.join("instances/pdp-a.grpc.sock"),
         dir.0.join("instances/pdp-a.http.sock"),

@@ -31,8 +31,13 @@ const BINARY_LAYERS: &[(&str, &[&str])] = &[
     ("webhook", &["tls", "cluster"]),
     ("check", &["tls", "cluster"]),
     ("node", &["tls"]),
+    // The CSI node plugin: its own gRPC servers, mounts and gate; nothing of the webhook's.
+    ("csi", &[]),
     // The command line wires every layer (main.rs only calls it).
-    ("cli", &["tls", "cluster", "webhook", "check", "node"]),
+    (
+        "cli",
+        &["tls", "cluster", "webhook", "check", "node", "csi"],
+    ),
 ];
 
 /// The core crate's modules, as the binary re-exports them (`crate::core`, `crate::config`, ...).

@@ -50,17 +50,25 @@ fn s(v: &[&str]) -> Vec<String> {
 
 #[test]
 fn rbac_is_least_privilege() {
-    // Always: read namespaces (labels), nothing else, cluster-wide.
+    // Always: read namespaces (labels) cluster-wide, and get the one CSIDriver of the node plugin; nothing else.
     let base = docs("manifests/base/rbac.yaml");
     let role = base.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     assert_eq!(
         rules(role),
-        vec![(
-            s(&[""]),
-            s(&["namespaces"]),
-            vec![],
-            s(&["get", "list", "watch"])
-        )]
+        vec![
+            (
+                s(&[""]),
+                s(&["namespaces"]),
+                vec![],
+                s(&["get", "list", "watch"])
+            ),
+            (
+                s(&["storage.k8s.io"]),
+                s(&["csidrivers"]),
+                s(&["csi.pdp-injector.io"]),
+                s(&["get"])
+            )
+        ]
     );
     // Self-managed certificates: one named webhook configuration; Secrets only in pdp-system, and only the one
     // Secret beyond `create` (which cannot be limited by name).
@@ -1050,6 +1058,8 @@ const PINNED_GRANTS: &[&str] = &[
     "ClusterRole /pdp-injector: /namespaces get",
     "ClusterRole /pdp-injector: /namespaces list",
     "ClusterRole /pdp-injector: /namespaces watch",
+    // The webhook, at start: whether the node plugin's CSIDriver exists (socketVolume auto).
+    "ClusterRole /pdp-injector: storage.k8s.io/csidrivers[csi.pdp-injector.io] get",
     "ClusterRoleBinding /pdp-injector -> ClusterRole/pdp-injector: ServiceAccount pdp-system/pdp-injector",
     // Self-managed certificates: its own registration's caBundle, its own Secret (create guarded by name).
     "ClusterRole /pdp-injector-webhook-config: admissionregistration.k8s.io/mutatingwebhookconfigurations[pdp-injector] get",
@@ -1081,6 +1091,9 @@ const PINNED_GRANTS: &[&str] = &[
     "ClusterRole /pdp-injector-check: apps/replicasets list",
     "ClusterRole /pdp-injector-check: batch/jobs get",
     "ClusterRole /pdp-injector-check: batch/jobs list",
+    "ClusterRole /pdp-injector-check: storage.k8s.io/csidrivers[csi.pdp-injector.io] get",
+    "ClusterRole /pdp-injector-check: storage.k8s.io/csinodes get",
+    "ClusterRole /pdp-injector-check: storage.k8s.io/csinodes list",
     "Role pdp-system/pdp-injector-check: /configmaps[pdp-injector-config] get",
     // The node-local flagd (components/flagd-node): its flag definitions, in its own namespace.
     "Role flagd-node/flagd-node-featureflags: core.openfeature.dev/featureflags get",

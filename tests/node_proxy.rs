@@ -25,6 +25,12 @@ impl TempDir {
         let dir = std::env::temp_dir().join(format!("pdp-front-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("instances")).unwrap();
+        // Writable by its owner alone, whatever the umask: the front refuses an instance directory others can write.
+        std::fs::set_permissions(
+            dir.join("instances"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
         TempDir(dir)
     }
     fn path(&self) -> &Path {
@@ -53,6 +59,8 @@ impl Instance {
     fn start(dir: &Path, file: &str, tag: &str) -> Instance {
         let path = dir.join(file);
         let listener = UnixListener::bind(&path).unwrap();
+        // No write for others, whatever the umask (the shipped Cerbos config sets udsFileMode 0o770).
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o750)).unwrap();
         let tag = tag.to_string();
         let connections = Arc::new(AtomicUsize::new(0));
         let counted = connections.clone();
@@ -1201,7 +1209,7 @@ mod cerbos {
             std::fs::write(
                 &config,
                 format!(
-                    "server:\n  httpListenAddr: \"unix:{}\"\n  grpcListenAddr: \"unix:{}\"\n  udsFileMode: \"0o777\"\n\
+                    "server:\n  httpListenAddr: \"unix:{}\"\n  grpcListenAddr: \"unix:{}\"\n  udsFileMode: \"0o770\"\n\
                      storage:\n  driver: disk\n  disk:\n    directory: {policies}\n    watchForChanges: false\n\
                      telemetry:\n  disabled: true\n",
                     http.display(),
@@ -1775,4 +1783,83 @@ async fn measure_the_front() {
         };
         println!("{name:<62} {p50:>9.1} {p99:>9.1} {cpu:>14}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sockets_planted_by_another_user_or_open_to_all_get_no_traffic() {
+    if std::fs::metadata("/proc/self").map(|m| m.uid()).ok() != Some(0) {
+        return cannot_run("planting another user's socket needs root (chown)");
+    }
+    let dir = TempDir::new("trust");
+    let front = proxy::start(flags(&dir)).await.unwrap();
+    let good = Instance::start(&dir.instances(), "good.sock", "good");
+    // Newer than the good one, so each would win if it were trusted.
+    tokio::time::sleep(APART).await;
+    let stranger = Instance::start(&dir.instances(), "stranger.sock", "stranger");
+    std::os::unix::fs::chown(&stranger.path, Some(65534), Some(65534)).unwrap();
+    let open = Instance::start(&dir.instances(), "open.sock", "open");
+    std::fs::set_permissions(&open.path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::os::unix::fs::symlink(&good.path, dir.instances().join("zz-link.sock")).unwrap();
+    for i in 0..3 {
+        assert_eq!(
+            ask_tcp(&front, &i.to_string()).await.unwrap(),
+            format!("good:{i}")
+        );
+        assert_eq!(
+            ask_unix(&front, &i.to_string()).await.unwrap(),
+            format!("good:{i}")
+        );
+    }
+    assert_eq!((stranger.connections(), open.connections()), (0, 0));
+    let stats = front.stats();
+    // Three refused files, each counted once (both routes read the same files here: one suffix).
+    assert_eq!(stats.refused_instances, 3, "{stats:?}");
+    assert_eq!(stats.instances["good"].forwarded, 6);
+    assert!(!stats.instances.contains_key("stranger") && !stats.instances.contains_key("zz-link"));
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_others_can_write_or_a_server_of_another_user_gets_no_traffic() {
+    if std::fs::metadata("/proc/self").map(|m| m.uid()).ok() != Some(0) {
+        return cannot_run("another user's directory and socket need root (chown)");
+    }
+    let dir = TempDir::new("trust-dir");
+    let mut f = flags(&dir);
+    f.wait = Duration::from_millis(300);
+    let front = proxy::start(f.clone()).await.unwrap();
+    let pdp = Instance::start(&dir.instances(), "pdp.sock", "pdp");
+    assert_eq!(ask_tcp(&front, "a").await.unwrap(), "pdp:a");
+    // Group-writable: another user may plant sockets there, so none is used; the connection waits, then closes.
+    std::fs::set_permissions(dir.instances(), std::fs::Permissions::from_mode(0o775)).unwrap();
+    assert!(ask_tcp(&front, "b").await.is_err());
+    std::fs::set_permissions(dir.instances(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(ask_tcp(&front, "c").await.unwrap(), "pdp:c");
+    let stats = front.stats();
+    assert_eq!(
+        (stats.refused_instances, stats.gave_up),
+        (1, 1),
+        "{stats:?}"
+    );
+    front.shutdown().await;
+
+    // The files say user 65534, but the process listening is root (SO_PEERCRED): a socket handed over by chown,
+    // or a hard link to another user's socket, gets nothing.
+    std::os::unix::fs::chown(dir.instances(), Some(65534), Some(65534)).unwrap();
+    std::os::unix::fs::chown(&pdp.path, Some(65534), Some(65534)).unwrap();
+    f.instance_owner = Some(65534);
+    f.socket = dir.path().join("cerbos2.sock");
+    let front = proxy::start(f).await.unwrap();
+    assert!(ask_tcp(&front, "d").await.is_err());
+    let stats = front.stats();
+    assert_eq!(
+        (stats.refused_instances, stats.gave_up),
+        (1, 1),
+        "{stats:?}"
+    );
+    assert!(
+        !stats.instances.contains_key("pdp"),
+        "never forwarded: {stats:?}"
+    );
+    front.shutdown().await;
 }

@@ -19,6 +19,12 @@ impl TempDir {
         let _ = std::fs::remove_dir_all(&dir);
         for sub in ["cerbos-instances", "flagd-instances", "cerbos", "flagd"] {
             std::fs::create_dir_all(dir.join(sub)).unwrap();
+            // Writable by its owner alone, whatever the umask: the front refuses instance directories others can write.
+            std::fs::set_permissions(
+                dir.join(sub),
+                std::os::unix::fs::PermissionsExt::from_mode(0o755),
+            )
+            .unwrap();
         }
         TempDir(dir)
     }

@@ -1376,3 +1376,40 @@ async fn absurd_query_timeouts_are_ignored() {
         assert_eq!(out["response"]["allowed"], true, "{query}: {out}");
     }
 }
+
+#[tokio::test]
+async fn the_socket_comes_by_csi_once_the_driver_appears_without_a_restart() {
+    let b = bundle();
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
+    options.flags.reload_interval = Duration::from_millis(50);
+    options.csi_driver = Some(rx);
+    let r = start_with(options, Arc::new(NoCluster)).await;
+    let socket_volume = |out: &Value| {
+        let mut pod = serde_json::from_slice::<Value>(&annotated("daemonset")).unwrap()["request"]
+            ["object"]
+            .clone();
+        json_patch::patch(&mut pod, &decode_patch(&out["response"])).unwrap();
+        pod["spec"]["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == "pdp-injector-socket")
+            .cloned()
+    };
+    // No driver: the unlabelled namespace counts as baseline, so TCP only.
+    let (_, out) = post(&r, &b.ca_cert_pem, annotated("daemonset")).await;
+    assert_eq!(socket_volume(&out), None, "{out}");
+    assert!(out.to_string().contains("downgraded_pss"), "{out}");
+    // The driver appears: the next reviews get the CSI volume, with no downgrade.
+    tx.send_replace(true);
+    let ca = b.ca_cert_pem.clone();
+    let got = wait_for(async || {
+        let (_, out) = post(&r, &ca, annotated("daemonset")).await;
+        socket_volume(&out).is_some_and(|v| v["csi"]["driver"] == "csi.pdp-injector.io")
+            && !out.to_string().contains("downgraded_pss")
+    })
+    .await;
+    assert!(got, "the CSI volume never came");
+    r.shutdown().await.unwrap();
+}

@@ -39,7 +39,10 @@ RELEASE = "pdp-injector"
 # No cluster DNS on this tier: the central Service gets a fixed ClusterIP, and the profile's central.address
 # names it (pdp.central.clusterIP, pdp.central.address), so Pods reach it through the Service by IP.
 CENTRAL_IP = os.environ.get("NODE_SVC_CIDR", "10.96.0.0/24").rsplit(".", 1)[0] + ".250"
+# The tier's kubelet runs with --root-dir under its state directory (cluster.py): the CSI plugin's paths follow it.
+KUBELET_DIR = Path(os.environ.get("NODE_STATE_DIR", "/var/lib/pdp-injector-node")) / "kubelet"
 HELM_VALUES = ["-f", CHART / "ci/mixed-values.yaml", "--set", f"pdp.central.clusterIP={CENTRAL_IP}",
+               "--set", f"pdp.nodeLocal.csi.kubeletDir={KUBELET_DIR}",
                "--set", f"pdp.central.address={CENTRAL_IP}:3593",
                # helm test: the tier's client (its `check`: allow + deny over every path the Pod is wired to)
                "--set", "tests.image=localhost/pdp-injector-node/pdpclient:dev",
@@ -51,6 +54,8 @@ BUSYBOX = "docker.io/library/busybox:1.37.0"
 CERBOS_NEXT = "localhost/pdp-injector-node/cerbos:next"
 INSTANCES = Path("/var/run/cerbos-instances")
 STABLE_SOCKET = Path("/var/run/cerbos/cerbos.sock")
+CSI_DRIVER = "csi.pdp-injector.io"
+NODE = os.environ.get("NODE_NAME", "pdp-node")
 STATUS = "pdp-injector.io/status"
 NAME_LABEL = "kubernetes.io/metadata.name"
 RUN_LABEL = "node.pdp-injector.io/run"
@@ -226,6 +231,11 @@ def release_object(kind, name):
     raise Fail(f"the release has no {kind} {name}")
 
 
+def csi_registered():
+    node = get("csinode", NODE)
+    return bool(node) and any(d["name"] == CSI_DRIVER for d in node["spec"].get("drivers") or [])
+
+
 def install(skip):
     global HELM
     HELM = helm_check.helm_binary()
@@ -239,6 +249,9 @@ def install(skip):
     t_ds = rollout("daemonset", "cerbos-pdp", "pdp-node", 240)
     rollout("daemonset", "pdp-node-front", "pdp-node", 240)
     t_central = rollout("deployment", "cerbos-pdp", "pdp-central", 240)
+    t_csi = rollout("daemonset", "pdp-csi-node", "pdp-node", 240)
+    wait_for("the CSI driver registered with the kubelet (CSINode)", csi_registered, 60)
+    t_csi_reg = time.monotonic() - t0
     wait_for("Secret pdp-system/pdp-injector-tls", lambda: get("secret", "pdp-injector-tls", "pdp-system"), 60)
     wait_for("caBundle in both webhooks", lambda: all(webhook_ca_bundles()) and len(webhook_ca_bundles()) == 2, 60)
     ns = namespace("probe", {"pdp-injector.io/injection": "enabled"})
@@ -250,7 +263,8 @@ def install(skip):
         return status_of(out)
     wait_for("the webhook to inject in an opted-in namespace", injected, 60, interval=1)
     figure(f"install (helm install, daemonset model + central PDP): webhook Deployment ready {t_dep:.0f}s, PDP "
-           f"and front DaemonSets ready {t_ds:.0f}s, central PDP {t_central:.0f}s, injecting "
+           f"and front DaemonSets ready {t_ds:.0f}s, central PDP {t_central:.0f}s, CSI plugin ready {t_csi:.0f}s and "
+           f"registered {t_csi_reg:.0f}s after helm install, injecting "
            f"{time.monotonic() - t0:.0f}s after helm install")
 
 
@@ -335,23 +349,193 @@ def _():
     figure(f"  through Service cerbos-pdp ({CENTRAL_IP}:3593, 2 ready replicas)")
 
 
-@case("baseline-namespace-socket-left-out-tcp-answers")
-def _():
-    ns = namespace("baseline", {"pdp-injector.io/injection": "enabled",
-                                "pod-security.kubernetes.io/enforce": "baseline"})
+def csi_app(slug, level):
+    """A Deployment of the client in an opted-in namespace of Pod Security `level`: wired by the webhook with the
+    socket as the CSI volume (the default install has the driver). Returns (namespace, Pod)."""
+    ns = namespace(slug, {"pdp-injector.io/injection": "enabled", "pod-security.kubernetes.io/enforce": level})
     kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"]))
     rollout("deployment", "app", ns, 120)
     pod = pod_of(ns, "app")
     st = status_of(pod)
-    check(st and st.get("mode") == "daemonset", f"not injected: {st}")
-    check("downgraded_pss" in json.dumps(st), f"status does not say downgraded_pss: {st}")
-    c = pod["spec"]["containers"][0]
-    check("CERBOS_PDP_SOCKET" not in env_of(c), "CERBOS_PDP_SOCKET set in a baseline namespace")
-    check(not any("hostPath" in v for v in pod["spec"].get("volumes") or []), "a hostPath volume in a baseline namespace")
+    check(st and st.get("mode") == "daemonset", f"not injected in daemonset mode: {st}")
+    check(st.get("socketVolume") == "csi" and "downgraded_pss" not in json.dumps(st),
+          f"the status does not say the socket came by CSI, or says downgraded_pss: {st}")
+    vols = [v for v in pod["spec"].get("volumes") or [] if v["name"] == "pdp-injector-socket"]
+    check(vols and vols[0].get("csi", {}).get("driver") == CSI_DRIVER and vols[0]["csi"].get("readOnly"),
+          f"no read-only CSI volume of {CSI_DRIVER}: {vols}")
+    check(not any("hostPath" in v for v in pod["spec"].get("volumes") or []), f"a hostPath volume at level {level}")
+    check("CERBOS_PDP_SOCKET" in env_of(pod["spec"]["containers"][0]), "no CERBOS_PDP_SOCKET")
+    first = logs(ns, pod["metadata"]["name"])
+    check("RESULT ok" in first, f"the app's first checks at start failed: {one_line(first, 800)}")
+    return ns, pod
+
+
+@case("restricted-namespace-socket-by-csi-allow-and-deny-non-root-read-only-root")
+def _():
+    # The namespace is labelled restricted (1.20 has no PodSecurity admission to enforce it; the label is what
+    # the webhook reads), the app runs as 65532 with a read-only root filesystem.
+    t = time.monotonic()
+    ns, pod = csi_app("restricted", "restricted")
+    STATE["csi_app"] = (ns, pod)
+    figure(f"  Deployment ready in {time.monotonic() - t:.1f}s, socket volume {CSI_DRIVER} (read-only)")
     rc, out = exec_check(ns, pod["metadata"]["name"])
     check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
-    check_client_output(out, ["tcp"], ["socket", "sgrpc"])
-    figure("  socket: not wired (no CERBOS_PDP_SOCKET, no hostPath)")
+    check_client_output(out, ["tcp", "socket", "sgrpc"])
+
+
+@case("baseline-namespace-socket-by-csi-tcp-and-socket-answer")
+def _():
+    ns, pod = csi_app("baseline", "baseline")
+    rc, out = exec_check(ns, pod["metadata"]["name"])
+    check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
+    check_client_output(out, ["tcp", "socket"])
+    figure("  no downgraded_pss: the socket came as the CSI volume")
+    delete_app(ns)
+
+
+def delete_app(ns):
+    """Deletes the case's app while the plugin runs: a CSI volume is unmounted by the plugin that mounted it, so
+    Pods that hold one must go before a later case uninstalls the plugin."""
+    kubectl("-n", ns, "delete", "deployment", "app", "--wait=false")
+    # Terminating ones too: gone means the kubelet unmounted the volume.
+    wait_for(f"the app Pods of {ns} gone", lambda: not json.loads(kubectl(
+        "-n", ns, "get", "pods", "-l", "app=app", "-o", "json").stdout)["items"], 90)
+
+
+@case("csi-plugin-restart-keeps-the-running-pods-socket")
+def _():
+    check("csi_app" in STATE, "needs the restricted-namespace case's app")
+    ns, pod = STATE["csi_app"]
+    t = time.monotonic()
+    kubectl("-n", "pdp-node", "rollout", "restart", "daemonset/pdp-csi-node")
+    rollout("daemonset", "pdp-csi-node", "pdp-node", 120)
+    wait_for("the CSI driver registered again", csi_registered, 60)
+    figure(f"  plugin replaced and registered again in {time.monotonic() - t:.1f}s")
+    rc, out = exec_check(ns, pod["metadata"]["name"])
+    check(rc == 0, f"checks over the mounted socket failed after the plugin's restart (exit {rc}): {one_line(out, 800)}")
+    check_client_output(out, ["socket", "sgrpc"])
+
+
+def plant(path, uid):
+    """A socket at `path` owned by `uid` that counts the connections it gets (another user's look-alike)."""
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(path))
+    os.chown(path, uid, uid)
+    os.chmod(path, 0o770)
+    s.listen(16)
+    got = []
+
+    def accept():
+        while True:
+            try:
+                conn, _ = s.accept()
+            except OSError:
+                return
+            got.append(1)
+            conn.close()
+    threading.Thread(target=accept, daemon=True).start()
+    return s, got
+
+
+@case("planted-socket-of-another-user-gets-no-traffic")
+def _():
+    check("csi_app" in STATE, "needs the restricted-namespace case's app")
+    ns, pod = STATE["csi_app"]
+    front = json.loads(kubectl("-n", "pdp-node", "get", "pods", "-l", "app.kubernetes.io/name=pdp-node-front",
+                               "-o", "json").stdout)["items"][0]["metadata"]["name"]
+    # Newer than the real instance (it would win on modification time), named like an instance, owned by 12345.
+    planted = [INSTANCES / f"zz-planted.{k}.sock" for k in ("http", "grpc")]
+    sockets = [plant(p, 12345) for p in planted]
+    try:
+        wait_for("the front's log line for the planted sockets",
+                 lambda: all(str(p) in logs("pdp-node", front) for p in planted), 30)
+        line = [l for l in logs("pdp-node", front).splitlines() if "instance socket refused" in l][-1]
+        figure(f"  front: {one_line(line, 300)}")
+        rc, out = exec_check(ns, pod["metadata"]["name"])
+        check(rc == 0, f"checks failed with a planted socket (exit {rc}): {one_line(out, 800)}")
+        check_client_output(out, ["tcp", "socket", "sgrpc"])
+        got = sum(len(g) for _, g in sockets)
+        check(got == 0, f"the planted sockets got {got} connections")
+        figure("  planted sockets (uid 12345, newest): 0 connections; every check answered by the PDP")
+    finally:
+        for (s, _), p in zip(sockets, planted):
+            s.close()
+            p.unlink(missing_ok=True)
+
+
+@case("csi-volume-unmounted-on-deletion-nothing-left-under-the-kubelet")
+def _():
+    check("csi_app" in STATE, "needs the restricted-namespace case's app")
+    ns, pod = STATE.pop("csi_app")
+    uid = pod["metadata"]["uid"]
+    pod_dir = KUBELET_DIR / "pods" / uid
+    mounted = lambda: [l for l in Path("/proc/self/mountinfo").read_text().splitlines()  # noqa: E731
+                       if f"/pods/{uid}/" in l.split()[4]]
+    check(mounted(), f"no mount under {pod_dir} while the Pod runs")
+    t = time.monotonic()
+    kubectl("-n", ns, "delete", "deployment", "app", "--wait=false")
+    wait_for("the Pod gone", lambda: not get("pod", pod["metadata"]["name"], ns), 60)
+    wait_for(f"nothing left of the Pod under {KUBELET_DIR}", lambda: not mounted() and not pod_dir.exists(), 60)
+    figure(f"  volume unmounted and {pod_dir.name} removed {time.monotonic() - t:.1f}s after the deletion")
+
+
+def recreatable(kind, name, ns):
+    o = get(kind, name, ns)
+    for k in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "selfLink"):
+        o["metadata"].pop(k, None)
+    o["metadata"].get("annotations", {}).pop("deprecated.daemonset.template.generation", None)
+    o.pop("status", None)
+    return o
+
+
+@case("app-created-while-front-and-pdp-are-deleted-starts-after-they-answer-first-call-succeeds")
+def _():
+    # As after a node restart: the node's front and PDP are gone together when an app Pod is created.
+    saved = [recreatable("daemonset", n, "pdp-node") for n in ("pdp-node-front", "cerbos-pdp")]
+    kubectl("-n", "pdp-node", "delete", "daemonset", "pdp-node-front", "cerbos-pdp", "--wait=true", timeout=120)
+    wait_for("the front's and the PDP's Pods gone", lambda: not json.loads(kubectl(
+        "-n", "pdp-node", "get", "pods", "-l", "app.kubernetes.io/name in (pdp-node-front,cerbos-pdp)", "-o", "json"
+    ).stdout)["items"], 90)
+    wait_for("the stable socket gone", lambda: not STABLE_SOCKET.exists(), 30)
+    ns = namespace("gate", {"pdp-injector.io/injection": "enabled", "pod-security.kubernetes.io/enforce": "restricted"})
+    t_created = time.monotonic()
+    kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"]))
+
+    def held():
+        p = pod_of(ns, "app")
+        waiting = [c.get("state", {}).get("waiting", {}).get("reason")
+                   for c in (p or {}).get("status", {}).get("containerStatuses") or []]
+        return p and p["spec"].get("nodeName") and p["status"].get("phase") == "Pending" and \
+            waiting in ([], ["ContainerCreating"])
+    wait_for("the app Pod scheduled and held in ContainerCreating", held, 60)
+    pod = pod_of(ns, "app")
+    check(status_of(pod).get("socketVolume") == "csi", f"the app did not get the CSI volume: {status_of(pod)}")
+    t_back = time.monotonic()
+    # As Helm (4: server-side apply, field manager helm) would create them, so later helm upgrades own them.
+    for o in saved:
+        kubectl("apply", "--server-side", "--field-manager=helm", "--force-conflicts", "-f", "-", input=o)
+    rollout("daemonset", "cerbos-pdp", "pdp-node", 120)
+    t_pdp = time.monotonic()
+    rollout("deployment", "app", ns, 120)
+    t_app = time.monotonic()
+    rollout("daemonset", "pdp-node-front", "pdp-node", 60)
+    pod = pod_of(ns, "app")
+    first = logs(ns, pod["metadata"]["name"])
+    check("RESULT ok" in first, f"the app's first checks at start failed: {one_line(first, 800)}")
+    check_client_output(first, ["tcp", "socket"])
+    # The plugin says it held this Pod's volume until the PDP answered (its gate), and for how long.
+    plugin = json.loads(kubectl("-n", "pdp-node", "get", "pods", "-l", "app.kubernetes.io/name=pdp-csi-node",
+                                "-o", "json").stdout)["items"][0]["metadata"]["name"]
+    held = [l for l in logs("pdp-node", plugin).splitlines()
+            if "publishing after the wait" in l and f"pod={ns}/{pod['metadata']['name']}" in l.replace('"', "")]
+    check(held, f"the plugin's log does not say it held {ns}/{pod['metadata']['name']} for the PDP")
+    waited = re.search(r"waited_ms=(\d+)", held[-1])
+    figure(f"  the plugin's gate held the volume {int(waited.group(1)) / 1000 if waited else '?'}s")
+    delete_app(ns)
+    figure(f"  app held {t_app - t_created:.1f}s in all (front and PDP re-created {t_back - t_created:.1f}s after "
+           f"the app, PDP ready {t_pdp - t_back:.1f}s later, app ready {t_app - t_pdp:.1f}s after that); its first "
+           f"checks at start succeeded")
 
 
 def policies_configmap(ns):
@@ -602,8 +786,8 @@ def _():
     old_pods = pdp_pod_names("cerbos-pdp")
     cm = get("configmap", "cerbos-pdp-config", "pdp-node")
     conf = cm["data"]["config.yaml"]
-    check('udsFileMode: "0o777"' in conf, "the shipped Cerbos config changed shape; update this case")
-    new_conf = conf.replace('udsFileMode: "0o777"', 'udsFileMode: "0o777"\n  requestLimits:\n'
+    check('udsFileMode: "0o770"' in conf, "the shipped Cerbos config changed shape; update this case")
+    new_conf = conf.replace('udsFileMode: "0o770"', 'udsFileMode: "0o770"\n  requestLimits:\n'
                             '    maxActionsPerResource: 40\n    maxResourcesPerRequest: 40')
     kubectl("create", "-f", "-", input={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
         "name": "cerbos-pdp-config-next", "namespace": "pdp-node"}, "data": {"config.yaml": new_conf}})
@@ -965,6 +1149,8 @@ def _():
     check(fix in p.stdout and "other_mode" in p.stdout,
           f"check does not name deployment/app (other_mode, `{fix}`): {one_line(p.stdout + p.stderr, 1500)}")
     figure(f"  check: other_mode, fix `{fix}`")
+    # Its Pod holds the CSI socket volume: it must go while the plugin runs (helm uninstall removes the plugin).
+    delete_app(ns)
 
 
 @case("helm-test-passes")

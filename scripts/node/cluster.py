@@ -419,6 +419,14 @@ def up(args):
            timeout=300)
         log(f"image {name} imported")
 
+    # The CSI node plugin's Bidirectional mount of the kubelet's Pod directory (components/pdp-daemonset,
+    # csi-node.yaml) needs that directory on a shared mount: containerd 1.6 refuses the container otherwise
+    # ("path ... is mounted on ... but it is not a shared mount"), and / is private here. So the kubelet's root
+    # is a bind mount of itself, made rshared; down unmounts it with every mount under STATE.
+    kubelet_root = STATE / "kubelet"
+    if str(kubelet_root) not in mounts_under(kubelet_root):
+        sh("mount", "--bind", kubelet_root, kubelet_root)
+    sh("mount", "--make-rshared", kubelet_root)
     if not alive("kubelet"):
         start("kubelet", [
             bins["kubelet"], "--config", STATE / "kubelet-config.json",

@@ -12,6 +12,7 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
 use kube::api::{Api, ListParams};
 use kube::core::NamespaceResourceScope;
 use rustls_pki_types::ServerName;
@@ -25,6 +26,7 @@ use super::certs;
 use super::workloads::Owners;
 use crate::cluster::versions::supports_native_sidecars;
 use crate::config::Config;
+use crate::names::CSI_DRIVER;
 use crate::tls;
 
 /// What to read.
@@ -175,6 +177,12 @@ pub async fn gather(client: &kube::Client, options: Options) -> ClusterView {
     )
     .await;
     let nodes = list(Api::<Node>::all(client.clone()), ListParams::default()).await;
+    let csi_driver = Api::<CSIDriver>::all(client.clone())
+        .get_opt(CSI_DRIVER)
+        .await
+        .map(|d| d.is_some())
+        .map_err(why);
+    let csi_nodes = list(Api::<CSINode>::all(client.clone()), ListParams::default()).await;
     // The PDP DaemonSets and the node-local fronts beside them.
     let selector = format!(
         "{} in ({},{})",
@@ -230,6 +238,8 @@ pub async fn gather(client: &kube::Client, options: Options) -> ClusterView {
         scope,
         now: time::OffsetDateTime::now_utc().unix_timestamp(),
         native_sidecars,
+        csi_driver,
+        csi_nodes,
         config: Some(config),
         webhook,
         serving_cert,

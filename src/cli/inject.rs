@@ -42,6 +42,9 @@ pub(crate) struct InjectArgs {
     /// Config file (YAML); the built-in config when absent.
     #[arg(long, env = "PDP_INJECTOR_CONFIG")]
     config: Option<PathBuf>,
+    /// Render as in a cluster with the node plugin's CSIDriver csi.pdp-injector.io (the default daemonset install): socketVolume auto then gives the socket as a CSI volume in every namespace. Without it, as in a cluster without the driver: hostPath in privileged namespaces, TCP elsewhere.
+    #[arg(long, env = "PDP_INJECTOR_CSI_DRIVER")]
+    csi_driver: bool,
 }
 
 pub(crate) fn run(args: InjectArgs) -> anyhow::Result<()> {
@@ -49,6 +52,9 @@ pub(crate) fn run(args: InjectArgs) -> anyhow::Result<()> {
         Some(path) => Config::load(path)?,
         None => Config::builtin(),
     };
+    if args.csi_driver {
+        config = config.with_csi_driver(true);
+    }
     if let Some(profile) = args.profile {
         if !config.profiles.contains_key(&profile) {
             anyhow::bail!(

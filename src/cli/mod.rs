@@ -4,6 +4,7 @@
 
 mod certs;
 mod check;
+mod csi;
 mod inject;
 mod node;
 mod serve;
@@ -39,6 +40,8 @@ enum Command {
     Check(check::CheckArgs),
     /// Node-local front: serve the node's PDP port and socket, forward to the newest ready PDP instance.
     NodeProxy(Box<node::NodeProxyArgs>),
+    /// CSI node plugin: give app Pods the node's PDP socket as a read-only inline volume, once the PDP answers.
+    CsiNode(Box<csi::CsiNodeArgs>),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -135,6 +138,7 @@ pub fn main() -> ExitCode {
         Command::Inject(args) => inject::run(args),
         Command::Certs(args) => certs::run(args),
         Command::NodeProxy(args) => node::run(*args),
+        Command::CsiNode(args) => csi::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

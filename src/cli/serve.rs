@@ -169,6 +169,7 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         let namespaces: Arc<dyn NamespaceSource> = match &client {
             Some(client) => {
                 options.fit.native_sidecars = cluster::versions::native_sidecars(client).await;
+                options.csi_driver = Some(cluster::csi_driver::watch(client).await);
                 Arc::new(cluster::ClusterNamespaces::spawn(
                     client.clone(),
                     counters.clone(),

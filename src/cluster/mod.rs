@@ -1,6 +1,7 @@
 //! What the webhook keeps in step with the cluster, in the background: namespace labels, the apiserver's
 //! version, and the self-managed certificates. Nothing here runs on the request path except in-memory reads.
 
+pub mod csi_driver;
 pub mod install;
 pub mod namespaces;
 pub mod selfcerts;

@@ -3,7 +3,7 @@
 //! replaced without a moment where the node has no PDP (docs/deployment-models.md, "The node-local front").
 //!
 //! - [`route`]: which instance a connection goes to; pure, in the core crate;
-//! - [`proxy`]: the listeners, the stable socket, the forwarding, the drain;
+//! - [`proxy`]: the listeners, the stable socket, the forwarding, the drain (one file per concern);
 //! - [`groups`]: several listener pairs in one process (`--group`), one front for every node-local PDP.
 //! - [`slots`]: the memory budget, the connection bounds derived from it, the places of open connections.
 

@@ -106,6 +106,9 @@ pub struct ServeOptions {
     pub header_timeout: Duration,
     /// What the config must be adapted to in this cluster.
     pub fit: ClusterFit,
+    /// Whether the node plugin's CSIDriver exists, kept current in the background
+    /// ([`crate::cluster::csi_driver::watch`]): a change re-applies the config with the new fact.
+    pub csi_driver: Option<tokio::sync::watch::Receiver<bool>>,
     /// Counted by the background tasks against the cluster (certificates, namespaces); rendered in /metrics.
     pub cluster_counters: crate::cluster::ClusterCounters,
 }
@@ -129,6 +132,7 @@ impl ServeOptions {
             flags,
             tls,
             fit: ClusterFit::default(),
+            csi_driver: None,
             cluster_counters: Default::default(),
         }
     }
@@ -252,6 +256,10 @@ pub async fn start(
         Some(p) => Config::load(p)?,
         None => Config::builtin(),
     };
+    let mut options = options;
+    if let Some(rx) = &options.csi_driver {
+        options.fit.csi_driver = *rx.borrow();
+    }
     let config = options.fit.apply(config);
     let material = match &options.tls {
         TlsSource::Files(files) => files.read()?,
@@ -345,7 +353,10 @@ pub async fn start(
         tls_reloader,
         options.flags.config_path.clone(),
         options.flags.reload_interval,
-        options.fit.clone(),
+        Facts {
+            fit: options.fit.clone(),
+            csi_driver: options.csi_driver.clone(),
+        },
     ));
     Ok(Running {
         addr,
@@ -358,6 +369,12 @@ pub async fn start(
     })
 }
 
+/// What the config is adapted to, and the fact that may change while the webhook runs.
+struct Facts {
+    fit: ClusterFit,
+    csi_driver: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
 /// Watches certificate and config sources; swaps in new versions atomically, keeps the last good ones when a
 /// new one is invalid, and never panics (a panic here would silently freeze both).
 async fn reload_loop(
@@ -367,8 +384,12 @@ async fn reload_loop(
     mut tls_reloader: tls::Reloader,
     config_path: Option<PathBuf>,
     interval: Duration,
-    fit: ClusterFit,
+    facts: Facts,
 ) {
+    let Facts {
+        mut fit,
+        csi_driver,
+    } = facts;
     let mut config_seen = config_path
         .as_deref()
         .and_then(|p| std::fs::read(p).ok())
@@ -407,6 +428,21 @@ async fn reload_loop(
             Some(tls::Reload::Failed(e)) => {
                 state.metrics.cert_reload(false);
                 warn!(error = %e, "new serving certificate is invalid; keeping the current one");
+            }
+        }
+        // The CSIDriver appeared or went: the same config, adapted to the new fact (read again below, or the
+        // built-in one when there is no file).
+        if let Some(installed) = csi_driver.as_ref().map(|rx| *rx.borrow())
+            && installed != fit.csi_driver
+        {
+            fit.csi_driver = installed;
+            info!(
+                installed,
+                "the node plugin's CSIDriver changed: config re-applied"
+            );
+            match &config_path {
+                Some(_) => config_seen = None,
+                None => state.set_config(fit.apply(Config::builtin())),
             }
         }
         if let Some(path) = &config_path {

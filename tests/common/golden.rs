@@ -12,6 +12,8 @@ pub struct Flags {
     pub options: Options,
     /// `--config FILE`.
     pub config: Option<PathBuf>,
+    /// `--csi-driver` (no value): as in a cluster with the node plugin's CSIDriver.
+    pub csi_driver: bool,
 }
 
 /// Reads `inject`'s flags from the text of an `.args` file: whitespace-separated, `#` starts a comment line.
@@ -27,9 +29,14 @@ pub fn flags(text: &str, base: &Path) -> Result<Flags, String> {
             default_namespace: Some("default".into()),
         },
         config: None,
+        csi_driver: false,
     };
     let mut words = words.into_iter();
     while let Some(flag) = words.next() {
+        if flag == "--csi-driver" {
+            flags.csi_driver = true;
+            continue;
+        }
         let value = words
             .next()
             .ok_or_else(|| format!("flag {flag} without a value"))?

@@ -28,6 +28,16 @@ pub const ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES: &str =
 
 /// Volume holding the PDP's Unix socket (hostPath in daemonset mode, in-memory emptyDir in sidecar mode).
 pub const VOLUME_SOCKET: &str = "pdp-injector-socket";
+
+/// The project's CSI node plugin (`pdp-injector csi-node`): the driver of the socket's inline volume.
+pub const CSI_DRIVER: &str = "csi.pdp-injector.io";
+
+/// The socket directory the plugin's default profile serves (the shipped `--profile name=cerbos`): a profile
+/// with this socket directory needs no `csiProfile`.
+pub const CSI_DEFAULT_SOCKET_DIR: &str = "/var/run/cerbos";
+
+/// The volume attribute that names the plugin's profile (the only attribute the plugin accepts).
+pub const CSI_PROFILE_ATTRIBUTE: &str = "profile";
 /// Volume holding the optional mTLS client material mounted into app containers.
 pub const VOLUME_MTLS: &str = "pdp-injector-mtls";
 /// Volume holding the TLS material of the profile's `tls` (CA, optionally a client certificate and key),

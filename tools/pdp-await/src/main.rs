@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 // The duration syntax of every pdp-injector flag (`120s`, `100ms`), shared as source: this binary links no
 // crate but the standard library.
-#[path = "../../../src/duration.rs"]
+#[path = "../../../crates/pdp-core/src/duration.rs"]
 mod duration;
 
 const USAGE: &str = "usage:

@@ -49,6 +49,10 @@ pub enum FindingCode {
     NamespaceOptedOut,
     /// `namespaces_unreadable`
     NamespacesUnreadable,
+    /// `csi_nodes_unreadable`
+    CsiNodesUnreadable,
+    /// `node_without_csi_driver`
+    NodeWithoutCsiDriver,
     /// `node_without_front`
     NodeWithoutFront,
     /// `node_without_pdp`
@@ -119,6 +123,8 @@ impl FindingCode {
         FindingCode::NamespaceOptedIn,
         FindingCode::NamespaceOptedOut,
         FindingCode::NamespacesUnreadable,
+        FindingCode::CsiNodesUnreadable,
+        FindingCode::NodeWithoutCsiDriver,
         FindingCode::NodeWithoutFront,
         FindingCode::NodeWithoutPdp,
         FindingCode::NodesUnreadable,
@@ -167,6 +173,8 @@ impl FindingCode {
             FindingCode::NamespaceOptedIn => "namespace_opted_in",
             FindingCode::NamespaceOptedOut => "namespace_opted_out",
             FindingCode::NamespacesUnreadable => "namespaces_unreadable",
+            FindingCode::CsiNodesUnreadable => "csi_nodes_unreadable",
+            FindingCode::NodeWithoutCsiDriver => "node_without_csi_driver",
             FindingCode::NodeWithoutFront => "node_without_front",
             FindingCode::NodeWithoutPdp => "node_without_pdp",
             FindingCode::NodesUnreadable => "nodes_unreadable",

@@ -102,6 +102,7 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
         app_env: vec![],
         host_socket: true,
         tls: None,
+        csi_profile: None,
         tls_env_defaults: Some(TlsEnvNames {
             flag: "CERBOS_PDP_TLS".into(),
             ca: "CERBOS_PDP_TLS_CA".into(),
@@ -168,6 +169,7 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
         app_env: vec![],
         host_socket: true,
         tls: None,
+        csi_profile: None,
         // The names flagd's OpenFeature providers read (FLAGD_TLS, FLAGD_SERVER_CERT_PATH), and the same
         // prefix for the rest.
         tls_env_defaults: Some(TlsEnvNames {

@@ -10,6 +10,9 @@ pub struct ClusterFit {
     pub native_sidecars: bool,
     /// The namespace the webhook runs in: never injected, whatever the config file says.
     pub own_namespace: Option<String>,
+    /// Whether the cluster has the CSIDriver `csi.pdp-injector.io` (`socketVolume: auto` then means CSI).
+    /// Unknown counts as absent: the Pod keeps the hostPath or TCP wiring it had before the driver existed.
+    pub csi_driver: bool,
 }
 
 impl Default for ClusterFit {
@@ -17,6 +20,7 @@ impl Default for ClusterFit {
         ClusterFit {
             native_sidecars: true,
             own_namespace: None,
+            csi_driver: false,
         }
     }
 }
@@ -26,6 +30,9 @@ impl ClusterFit {
     pub fn apply(&self, mut config: Config) -> Config {
         if let Some(ns) = &self.own_namespace {
             config.excluded_namespaces.insert(ns.clone());
+        }
+        if self.csi_driver {
+            config = config.with_csi_driver(true);
         }
         if self.native_sidecars {
             config

@@ -299,6 +299,65 @@ impl NodeAddressFamily {
     }
 }
 
+/// How daemonset mode delivers the node's socket to app containers (`socketVolume` in the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SocketVolume {
+    /// A read-only hostPath: only in `privileged` namespaces (Pod Security baseline forbids hostPath);
+    /// elsewhere TCP only (`downgraded_pss`).
+    HostPath,
+    /// A read-only CSI inline volume of the project's node plugin (driver [`crate::names::CSI_DRIVER`]), in
+    /// every namespace, privileged ones too: allowed by every Pod Security level, and the Pod starts only once
+    /// its node's PDP answers. A profile the plugin does not serve (see [`Profile::csi_serves`]) falls back to `hostPath`.
+    Csi,
+    /// `hostPath` in `privileged` namespaces; elsewhere `csi` where the cluster has the CSIDriver object (the
+    /// webhook reads it at start and every 30 s; `check` reads it too; offline `inject --csi-driver`), TCP only
+    /// where it has not (`downgraded_pss`).
+    #[default]
+    Auto,
+}
+
+impl SocketVolume {
+    fn is_auto(&self) -> bool {
+        *self == SocketVolume::Auto
+    }
+}
+
+/// How one Pod gets its node's socket, decided from the config, the profile and the namespace's level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketBy {
+    /// The read-only hostPath.
+    HostPath,
+    /// The read-only CSI inline volume.
+    Csi,
+    /// No socket: the Pod Security level forbids hostPath and CSI does not serve (`downgraded_pss`).
+    Downgraded,
+    /// No socket: the profile's node-local PDP serves none (`hostSocket: false`); nothing to warn about.
+    NotServed,
+}
+
+impl Config {
+    /// How a daemonset-mode Pod of `profile` in a namespace of level `pss` gets its node's socket.
+    pub fn socket_by(&self, profile: &Profile, pss: PssLevel) -> SocketBy {
+        if !profile.host_socket {
+            return SocketBy::NotServed;
+        }
+        let privileged = pss == PssLevel::Privileged;
+        let csi = profile.csi_serves()
+            && match self.socket_volume {
+                SocketVolume::Csi => true,
+                // As shared/SPEC.md says: hostPath where the level allows it, CSI elsewhere.
+                SocketVolume::Auto => self.csi_driver && !privileged,
+                SocketVolume::HostPath => false,
+            };
+        match (csi, privileged) {
+            (true, _) => SocketBy::Csi,
+            (false, true) => SocketBy::HostPath,
+            (false, false) => SocketBy::Downgraded,
+        }
+    }
+}
+
 /// Where central mode points: a PDP that runs as an ordinary Deployment behind a Service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -376,6 +435,7 @@ struct ConfigFile {
     default_pod_security_level: Option<PssLevel>,
     node_address_family: Option<NodeAddressFamily>,
     tools_image: Option<String>,
+    socket_volume: Option<SocketVolume>,
     profiles: Option<BTreeMap<String, ProfileFile>>,
 }
 
@@ -404,6 +464,15 @@ pub struct Config {
     /// hash.
     #[serde(skip_serializing_if = "is_default_tools_image")]
     pub tools_image: String,
+    /// How daemonset mode delivers the node's socket. Serialized only when not the default `auto`, so existing
+    /// configs keep their hash.
+    #[serde(skip_serializing_if = "SocketVolume::is_auto")]
+    pub socket_volume: SocketVolume,
+    /// Whether the cluster has the CSIDriver object of the node plugin: a fact of the cluster
+    /// ([`ClusterFit`]), not of the file. Serialized only when true, so a Pod wired before the driver was
+    /// installed has another config hash than one wired after (`check` names it stale).
+    #[serde(skip_serializing_if = "is_false")]
+    pub csi_driver: bool,
     /// Named profiles.
     pub profiles: BTreeMap<String, Profile>,
     /// Short hash of everything above, written into the status annotation.
@@ -541,11 +610,21 @@ impl Config {
                 Some(image) => image,
                 None => default_tools_image(),
             },
+            socket_volume: file.socket_volume.unwrap_or_default(),
+            csi_driver: false,
             profiles,
             hash: String::new(),
         };
         config.hash = hash_of(&config);
         Ok(config)
+    }
+
+    /// The same config in a cluster with (or without) the node plugin's CSIDriver: `socketVolume: auto` then
+    /// means CSI. The hash changes with it.
+    pub fn with_csi_driver(mut self, installed: bool) -> Config {
+        self.csi_driver = installed;
+        self.hash = hash_of(&self);
+        self
     }
 
     /// The same config for an apiserver without native sidecars (before 1.29): every sidecar becomes a classic
@@ -579,6 +658,10 @@ pub fn default_tools_image() -> String {
         "ghcr.io/pdp-injector/pdp-injector:{}",
         crate::names::VERSION
     )
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn is_default_tools_image(image: &String) -> bool {

@@ -110,6 +110,12 @@ profile_and_overlay! {
         /// TLS on the TCP path (daemonset and central modes). Serialized only when set, so hashes stay put.
         #[serde(skip_serializing_if = "Option::is_none")]
         pub tls: Option<TlsSpec>,
+        /// The node plugin's profile (its `--profile name=...`) that serves this profile's socket directory,
+        /// written into the CSI volume's `profile` attribute. Unset: the plugin's default profile, which serves
+        /// `/var/run/cerbos`; a profile with another socket directory and no `csiProfile` is not served by CSI
+        /// (hostPath in privileged namespaces, TCP elsewhere). Serialized only when set, so hashes stay put.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub csi_profile: Option<String>,
     }
     extra {
         /// The TLS variable names of the built-in profile this one descends from, used where `envNames` sets
@@ -121,6 +127,11 @@ profile_and_overlay! {
 }
 
 impl Profile {
+    /// Whether the node plugin serves this profile's socket directory (see `csi_profile`).
+    pub fn csi_serves(&self) -> bool {
+        self.csi_profile.is_some() || self.socket.dir == crate::names::CSI_DEFAULT_SOCKET_DIR
+    }
+
     /// The TLS variable names: `envNames` where it sets them, the built-in defaults elsewhere; `None` when a
     /// name has neither (a profile that extends no built-in and names no TLS variables).
     pub fn tls_env_names(&self) -> Option<TlsEnvNames> {
@@ -197,6 +208,7 @@ fn new_profile(name: &str, o: &ProfileFile) -> Result<Profile, ConfigError> {
         app_env: Vec::new(),
         host_socket: true,
         tls: None,
+        csi_profile: None,
         tls_env_defaults: None,
     })
 }

@@ -733,3 +733,46 @@ fn central_ipv6_addresses_need_brackets() {
         "{e}"
     );
 }
+
+#[test]
+fn the_socket_comes_by_csi_where_the_setting_and_the_driver_say_so() {
+    use super::{PssLevel::*, SocketBy};
+    let builtin = Config::builtin();
+    let cerbos = &builtin.profiles["cerbos"];
+    let flagd = &builtin.profiles["flagd"];
+    // auto without the driver: as before CSI existed.
+    assert_eq!(builtin.socket_by(cerbos, Privileged), SocketBy::HostPath);
+    assert_eq!(builtin.socket_by(cerbos, Baseline), SocketBy::Downgraded);
+    // auto with the driver: CSI below privileged, for the profile the plugin serves; hostPath where allowed.
+    let with = builtin.clone().with_csi_driver(true);
+    assert_ne!(with.hash, builtin.hash, "the fact is in the hash");
+    for level in [Baseline, Restricted] {
+        assert_eq!(with.socket_by(cerbos, level), SocketBy::Csi);
+    }
+    assert_eq!(with.socket_by(cerbos, Privileged), SocketBy::HostPath);
+    // flagd's /var/run/flagd is not the plugin's default directory and names no csiProfile.
+    assert_eq!(with.socket_by(flagd, Baseline), SocketBy::Downgraded);
+    assert_eq!(with.socket_by(flagd, Privileged), SocketBy::HostPath);
+    // hostPath: never CSI; csi: CSI even without the driver (the admin says it is there).
+    let host = Config::from_yaml("socketVolume: hostPath\n")
+        .unwrap()
+        .with_csi_driver(true);
+    assert_eq!(host.socket_by(cerbos, Restricted), SocketBy::Downgraded);
+    let csi = Config::from_yaml(
+        "socketVolume: csi\nprofiles:\n  f:\n    extends: flagd\n    csiProfile: flagd\n",
+    )
+    .unwrap();
+    assert_eq!(csi.socket_by(cerbos, Restricted), SocketBy::Csi);
+    assert_eq!(csi.socket_by(cerbos, Privileged), SocketBy::Csi);
+    assert_eq!(csi.socket_by(&csi.profiles["f"], Restricted), SocketBy::Csi);
+    // A node-local PDP without a socket: none, and nothing to warn about.
+    let mut none = cerbos.clone();
+    none.host_socket = false;
+    assert_eq!(with.socket_by(&none, Restricted), SocketBy::NotServed);
+    // The default keeps existing configs' hashes: auto is not serialized.
+    assert_eq!(
+        Config::from_yaml("socketVolume: auto\n").unwrap().hash,
+        builtin.hash
+    );
+    assert!(Config::from_yaml("socketVolume: nfs\n").is_err());
+}

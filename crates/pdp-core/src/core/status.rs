@@ -35,4 +35,8 @@ pub struct Status {
     /// Codes of the warnings given.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<WarningCode>,
+    /// `csi` when the node's socket came as the node plugin's CSI inline volume (the Pod started only once its
+    /// node's PDP answered); absent for a hostPath socket or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_volume: Option<String>,
 }

@@ -84,6 +84,7 @@ pub(super) fn config(view: &ClusterView, install: &mut Section) -> Option<Config
     let fit = crate::config::ClusterFit {
         native_sidecars: view.native_sidecars,
         own_namespace: Some(names.namespace.clone()),
+        csi_driver: view.csi_driver.as_ref().is_ok_and(|d| *d),
     };
     let config = fit.apply(loaded);
     install.push(Finding::new(

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhook, MutatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::storage::v1::CSINode;
 
 use super::certs;
 use super::codes::FindingCode as Code;

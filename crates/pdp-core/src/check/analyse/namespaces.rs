@@ -76,17 +76,28 @@ pub(super) fn namespaces_section(
         } else {
             " (no enforce label: the config's default)"
         };
+        // How the default profile's Pods get the node's socket here.
+        let by = config.and_then(|c| {
+            c.profiles
+                .get(&c.default_profile)
+                .map(|p| c.socket_by(p, level))
+        });
         let meaning = match (mode, level) {
             (Mode::Sidecar, _) => "the sidecar meets every level".to_string(),
             (Mode::Central, _) => {
                 "central wiring: variables only, which every level allows".to_string()
             }
+            (Mode::Daemonset, _) if by == Some(crate::config::SocketBy::Csi) => {
+                "daemonset wiring with the node's socket (the node plugin's CSI volume, which every level allows) and TCP"
+                    .to_string()
+            }
             (Mode::Daemonset, PssLevel::Privileged) => {
                 "daemonset wiring with the node's socket and TCP".to_string()
             }
             (Mode::Daemonset, l) => format!(
-                "daemonset wiring over TCP only: {} forbids hostPath, so the socket is dropped (downgraded_pss); label \
-                 the namespace pod-security.kubernetes.io/enforce=privileged to get it",
+                "daemonset wiring over TCP only: {} forbids hostPath, so the socket is dropped (downgraded_pss); install \
+                 the node plugin's CSIDriver csi.pdp-injector.io (socketVolume auto or csi), or label the namespace \
+                 pod-security.kubernetes.io/enforce=privileged, to get it",
                 l.as_str()
             ),
         };

@@ -2,6 +2,7 @@
 //! Pods at an older revision.
 
 use super::*;
+use crate::names::CSI_DRIVER;
 
 /// The PDP DaemonSet of a profile: the one named by `--pdp-daemonset`, else `<profile>-pdp` labelled as a PDP.
 pub(super) fn pdp_daemonset<'a>(
@@ -178,6 +179,74 @@ pub(super) fn nodes_section(
                 ),
             ));
         }
+    }
+    if let Some(config) = config {
+        csi_coverage(view, config, &profiles, nodes, wired_on, section);
+    }
+}
+
+/// Where Pods get their socket as the node plugin's CSI volume: every node must have the plugin registered
+/// (its CSINode lists the driver), or such a Pod scheduled there stays in ContainerCreating.
+fn csi_coverage(
+    view: &ClusterView,
+    config: &Config,
+    profiles: &BTreeSet<String>,
+    nodes: &[Node],
+    wired_on: &BTreeMap<(String, String), Vec<String>>,
+    section: &mut Section,
+) {
+    let by_csi = |p: &String| {
+        config.profiles.get(p).is_some_and(|p| {
+            config.socket_by(p, crate::config::PssLevel::Restricted) == crate::config::SocketBy::Csi
+        })
+    };
+    let users: Vec<&String> = profiles.iter().filter(|p| by_csi(p)).collect();
+    if users.is_empty() {
+        return;
+    }
+    let csi_nodes = match &view.csi_nodes {
+        Ok(n) => n,
+        Err(e) => {
+            section.push(Finding::new(
+                Severity::Warning,
+                Code::CsiNodesUnreadable,
+                "CSI nodes",
+                format!(
+                    "cannot list CSINodes ({e}): which nodes serve the socket volume is not checked"
+                ),
+            ));
+            return;
+        }
+    };
+    for node in nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let registered = csi_nodes.iter().any(|c| {
+            c.metadata.name.as_deref() == Some(name.as_str())
+                && c.spec.drivers.iter().any(|d| d.name == CSI_DRIVER)
+        });
+        if registered {
+            continue;
+        }
+        let wired: Vec<String> = users
+            .iter()
+            .filter_map(|p| wired_on.get(&((*p).clone(), name.clone())))
+            .flatten()
+            .cloned()
+            .collect();
+        let mut f = Finding::new(
+            Severity::Error,
+            Code::NodeWithoutCsiDriver,
+            format!("node {name}"),
+            format!(
+                "the CSI driver {CSI_DRIVER} is not registered here: a Pod wired with the socket volume ({})                  stays in ContainerCreating on this node",
+                users.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        )
+        .fix(format!(
+            "kubectl -n pdp-node get pods -l app.kubernetes.io/name=pdp-csi-node -o wide --field-selector spec.nodeName={name}"
+        ));
+        f.pods = wired;
+        section.push(f);
     }
 }
 

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::core::{self, Outcome};
+use crate::names::CSI_DRIVER;
 use crate::pki as tlsgen;
 use serde_json::{Value, json};
 
@@ -80,6 +81,8 @@ fn in_order() -> ClusterView {
         scope: None,
         now: time::OffsetDateTime::now_utc().unix_timestamp(),
         native_sidecars: true,
+        csi_driver: Ok(false),
+        csi_nodes: Ok(Vec::new()),
         config: Some(ConfigSource::Installed(Ok(Some(String::new())))),
         webhook: Ok(Some(registered(&bundle.ca_cert_pem))),
         serving_cert: Ok(Some(bundle.cert_pem.clone().into_bytes())),
@@ -593,4 +596,46 @@ fn endpoints_from_url_and_service() {
         ))
     );
     assert_eq!(endpoint(&w(json!({"url": "http://plain/"}))), None);
+}
+
+#[test]
+fn with_the_csi_driver_a_node_without_the_plugin_is_an_error_and_older_pods_are_stale() {
+    let csi_node = |name: &str, drivers: Value| -> CSINode {
+        from(json!({"metadata": {"name": name}, "spec": {"drivers": drivers}}))
+    };
+    let mut v = in_order();
+    // Without the driver nothing is asked of the nodes' CSINodes.
+    v.csi_nodes = Err("forbidden".into());
+    assert!(analyse(&v).ok);
+    // The driver exists: the config's hash is the one the webhook writes then, and Pods wired before are stale.
+    v.csi_driver = Ok(true);
+    v.csi_nodes = Ok(vec![
+        csi_node("n1", json!([{"name": CSI_DRIVER, "nodeID": "n1"}])),
+        csi_node("n2", json!([{"name": "other.csi.example", "nodeID": "n2"}])),
+    ]);
+    let r = analyse(&v);
+    let hash = Config::builtin().with_csi_driver(true).hash;
+    assert!(find(&r, "config_loaded").message.contains(&hash));
+    assert_eq!(find(&r, "stale_config").pods.len(), 2);
+    let f = find(&r, "node_without_csi_driver");
+    assert_eq!(
+        (f.severity, f.subject.as_str()),
+        (Severity::Error, "node n2")
+    );
+    assert_eq!(f.pods, vec!["shop/web-1-b".to_string()]);
+    assert!(f.message.contains("ContainerCreating"), "{}", f.message);
+    assert_eq!(
+        r.sections[1]
+            .findings
+            .iter()
+            .filter(|f| f.code == "node_without_csi_driver")
+            .count(),
+        1
+    );
+    // An unreadable CSINode list is said, not guessed.
+    v.csi_nodes = Err("forbidden".into());
+    assert_eq!(
+        find(&analyse(&v), "csi_nodes_unreadable").severity,
+        Severity::Warning
+    );
 }

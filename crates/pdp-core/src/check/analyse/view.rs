@@ -95,6 +95,11 @@ pub struct ClusterView {
     pub now: i64,
     /// False on apiservers before 1.29 (the webhook then renders classic sidecars, and hashes that config).
     pub native_sidecars: bool,
+    /// Whether the CSIDriver of the node plugin (`csi.pdp-injector.io`) exists: the webhook reads the same at
+    /// start, and `socketVolume: auto` means CSI then.
+    pub csi_driver: Read<bool>,
+    /// The nodes' CSINode objects: which node has the plugin registered.
+    pub csi_nodes: Read<Vec<CSINode>>,
     /// The config to judge Pods by.
     pub config: Option<ConfigSource>,
     /// The MutatingWebhookConfiguration.

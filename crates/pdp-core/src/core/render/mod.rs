@@ -21,7 +21,7 @@ pub use sidecar::sidecar_container;
 use sidecar::{Classic, classic_sidecar};
 use volumes::{ensure_mount, ensure_volume, mtls_volume, socket_volume, tls_volume};
 
-use crate::config::{Config, Mode, NodeAddressFamily, Placement, Profile, PssLevel};
+use crate::config::{Config, Mode, NodeAddressFamily, Placement, Profile, SocketBy};
 use crate::core::patch::{JsonPatch, PatchBuilder, pointer};
 use crate::core::view::{MountEntry, PodView, SpecView, parse_list, volume_entries};
 use crate::core::{Denial, Plan, Reason, Status, Warning, WarningCode};
@@ -155,8 +155,8 @@ fn wiring(
     warnings: &mut Vec<Warning>,
 ) -> (Wiring, Option<Volume>) {
     let previous = plan.previous.as_ref();
-    let downgraded = plan.mode == Mode::Daemonset && plan.pss > PssLevel::Privileged;
-    if downgraded && previous.is_none() && profile.host_socket {
+    let by = config.socket_by(profile, plan.pss);
+    if plan.mode == Mode::Daemonset && by == SocketBy::Downgraded && previous.is_none() {
         warnings.push(Warning {
             code: WarningCode::DowngradedPss,
             message: format!(
@@ -168,7 +168,7 @@ fn wiring(
         });
     }
     // A profile whose node-local PDP serves no socket: TCP only, and nothing to warn about.
-    let socket = socket_volume(profile, plan.mode, downgraded || !profile.host_socket);
+    let socket = socket_volume(profile, plan.mode, by);
     let with_socket = match previous {
         Some(prev) => prev.env.contains(&profile.env_names.socket),
         None => socket.is_some(),
@@ -503,6 +503,11 @@ fn status_of(
         containers: wired.to_vec(),
         env: ours.iter().map(|e| e.name.clone()).collect(),
         warnings: warnings.iter().map(|w| w.code).collect(),
+        socket_volume: volumes
+            .new
+            .iter()
+            .any(|v| v.name == VOLUME_SOCKET && v.csi.is_some())
+            .then(|| "csi".to_string()),
     }
 }
 

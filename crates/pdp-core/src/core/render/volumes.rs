@@ -2,20 +2,21 @@
 //! certificates; each ensured (left alone when already there, refused when something else has its name).
 
 use k8s_openapi::api::core::v1::{
-    EmptyDirVolumeSource, HostPathVolumeSource, KeyToPath, SecretVolumeSource, Volume, VolumeMount,
+    CSIVolumeSource, EmptyDirVolumeSource, HostPathVolumeSource, KeyToPath, SecretVolumeSource,
+    Volume, VolumeMount,
 };
 
 use super::collision;
-use crate::config::{Mode, Profile};
+use crate::config::{Mode, Profile, SocketBy};
 use crate::core::Denial;
 use crate::core::view::{MountEntry, VolumeEntry};
 use crate::names::*;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 /// The socket volume for the mode, or `None` when the mode has no socket (TCP only).
-pub(super) fn socket_volume(profile: &Profile, mode: Mode, downgraded: bool) -> Option<Volume> {
-    match mode {
-        Mode::Daemonset if !downgraded => Some(Volume {
+pub(super) fn socket_volume(profile: &Profile, mode: Mode, by: SocketBy) -> Option<Volume> {
+    match (mode, by) {
+        (Mode::Daemonset, SocketBy::HostPath) => Some(Volume {
             name: VOLUME_SOCKET.into(),
             host_path: Some(HostPathVolumeSource {
                 path: profile.socket.dir.clone(),
@@ -23,7 +24,23 @@ pub(super) fn socket_volume(profile: &Profile, mode: Mode, downgraded: bool) -> 
             }),
             ..Default::default()
         }),
-        Mode::Sidecar if profile.sidecar.unix_socket => Some(Volume {
+        // The node plugin mounts its profile's directory (never a path from here) read-only; the kubelet
+        // starts the app containers only once the plugin published it, after the node's PDP answered.
+        (Mode::Daemonset, SocketBy::Csi) => Some(Volume {
+            name: VOLUME_SOCKET.into(),
+            csi: Some(CSIVolumeSource {
+                driver: CSI_DRIVER.into(),
+                read_only: Some(true),
+                volume_attributes: profile.csi_profile.as_ref().map(|p| {
+                    [(CSI_PROFILE_ATTRIBUTE.to_string(), p.clone())]
+                        .into_iter()
+                        .collect()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        (Mode::Sidecar, _) if profile.sidecar.unix_socket => Some(Volume {
             name: VOLUME_SOCKET.into(),
             empty_dir: Some(EmptyDirVolumeSource {
                 medium: Some("Memory".into()),

@@ -1,0 +1,828 @@
+//! The CSI Identity and Node services of the plugin, and the kubelet's registration service: what each RPC
+//! checks and does. A request is answered with the gRPC code the CSI spec gives its failure: a malformed or
+//! refused request InvalidArgument, a missing directory of the kubelet's NotFound, a socket directory that does
+//! not exist FailedPrecondition, a PDP that does not answer within the gate's bound Unavailable (the kubelet
+//! retries), an operation already running on the same target Aborted.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tonic::Status;
+use tracing::{info, warn};
+
+use super::gate::{self, Ready};
+use super::mount::{self, WalkError};
+use super::proto::*;
+use super::target::{self, BadTarget};
+
+/// The volume attribute that names a profile; the only attribute a Pod may set.
+pub const PROFILE_ATTRIBUTE: &str = "profile";
+
+/// Attributes the kubelet adds (podInfoOnMount, the ephemeral marker): read, never chosen by the Pod author.
+const KUBELET_PREFIX: &str = "csi.storage.k8s.io/";
+
+/// `csi.v1.VolumeCapability.AccessMode.Mode` values a socket volume accepts: one node, read-only or writer
+/// (the kubelet sends SINGLE_NODE_WRITER for an inline volume whatever its readOnly; the mount is read-only
+/// regardless).
+const SINGLE_NODE_MODES: [i32; 2] = [1, 2];
+
+/// A socket directory the admin configured, which volumes may name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    /// Its name (the `profile` volume attribute; the first profile is the default).
+    pub name: String,
+    /// The node's directory mounted into the Pod (the front's stable socket is in it).
+    pub dir: PathBuf,
+    /// The gate: what must answer before a volume of this profile is published (none: no gate).
+    pub ready: Option<Ready>,
+}
+
+/// The plugin's settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The CSI driver name.
+    pub driver: String,
+    /// This node's name (NodeGetInfo).
+    pub node_id: String,
+    /// The kubelet's pods directory (`<kubelet dir>/pods`).
+    pub pods_dir: PathBuf,
+    /// The profiles, the default first.
+    pub profiles: Vec<Profile>,
+    /// Bound of the gate.
+    pub ready_timeout: Duration,
+    /// How often the gate asks again.
+    pub ready_interval: Duration,
+    /// The CSI socket as the kubelet dials it (PluginInfo.endpoint).
+    pub endpoint: PathBuf,
+}
+
+/// The plugin: its settings and the targets with an operation in progress.
+pub struct Plugin {
+    settings: Settings,
+    busy: Mutex<HashSet<PathBuf>>,
+    /// How a published volume is mounted (a fake in unit tests run without root).
+    mounter: Box<dyn Mounter>,
+}
+
+/// The mount operations, behind a trait so that the request handling is tested without root.
+pub trait Mounter: Send + Sync {
+    fn is_mounted(&self, target: &Path) -> std::io::Result<bool>;
+    fn bind_read_only(&self, source: &Path, target: &Path) -> std::io::Result<()>;
+    fn unmount(&self, target: &Path) -> std::io::Result<()>;
+}
+
+/// The real mounts ([`super::mount`]).
+pub struct SystemMounter;
+
+impl Mounter for SystemMounter {
+    fn is_mounted(&self, target: &Path) -> std::io::Result<bool> {
+        mount::is_mounted(target)
+    }
+    fn bind_read_only(&self, source: &Path, target: &Path) -> std::io::Result<()> {
+        mount::bind_read_only(source, target)
+    }
+    fn unmount(&self, target: &Path) -> std::io::Result<()> {
+        mount::unmount(target)
+    }
+}
+
+/// The CSI version the kubelet is told this plugin speaks.
+pub const CSI_VERSIONS: [&str; 1] = ["1.0.0"];
+
+/// Releases a target's busy mark when the operation ends, however it ends.
+struct Busy<'a> {
+    set: &'a Mutex<HashSet<PathBuf>>,
+    target: PathBuf,
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.target);
+    }
+}
+
+fn walk_status(e: WalkError) -> Status {
+    match e {
+        WalkError::Missing(_) => Status::not_found(e.to_string()),
+        WalkError::NotADirectory(_) => Status::invalid_argument(e.to_string()),
+        WalkError::Io { .. } => Status::internal(e.to_string()),
+    }
+}
+
+fn target_status(e: BadTarget) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+impl Plugin {
+    /// A plugin with the given mounts.
+    pub fn new(settings: Settings, mounter: Box<dyn Mounter>) -> Plugin {
+        Plugin {
+            settings,
+            busy: Mutex::new(HashSet::new()),
+            mounter,
+        }
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn claim(&self, target: &Path) -> Result<Busy<'_>, Status> {
+        let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        if !busy.insert(target.to_path_buf()) {
+            return Err(Status::aborted(format!(
+                "an operation on {} is already in progress",
+                target.display()
+            )));
+        }
+        Ok(Busy {
+            set: &self.busy,
+            target: target.to_path_buf(),
+        })
+    }
+
+    /// `pluginregistration.Registration/GetInfo`.
+    pub fn info(&self) -> PluginInfo {
+        PluginInfo {
+            r#type: "CSIPlugin".into(),
+            name: self.settings.driver.clone(),
+            endpoint: self.settings.endpoint.display().to_string(),
+            supported_versions: CSI_VERSIONS.iter().map(|v| v.to_string()).collect(),
+        }
+    }
+
+    /// `pluginregistration.Registration/NotifyRegistrationStatus`.
+    pub fn registration_status(&self, status: RegistrationStatus) -> RegistrationStatusResponse {
+        if status.plugin_registered {
+            info!(driver = self.settings.driver, "registered with the kubelet");
+        } else {
+            warn!(
+                driver = self.settings.driver,
+                error = status.error,
+                "the kubelet refused the registration"
+            );
+        }
+        RegistrationStatusResponse {}
+    }
+
+    /// `csi.v1.Identity/GetPluginInfo`.
+    pub fn plugin_info(&self) -> GetPluginInfoResponse {
+        GetPluginInfoResponse {
+            name: self.settings.driver.clone(),
+            vendor_version: env!("CARGO_PKG_VERSION").into(),
+            manifest: Default::default(),
+        }
+    }
+
+    /// `csi.v1.Identity/Probe`: ready when every profile's directory exists (the gate is per volume).
+    pub fn probe(&self) -> ProbeResponse {
+        let ready = self.settings.profiles.iter().all(|p| p.dir.is_dir());
+        ProbeResponse {
+            ready: Some(BoolValue { value: ready }),
+        }
+    }
+
+    /// `csi.v1.Node/NodeGetInfo`.
+    pub fn node_info(&self) -> NodeGetInfoResponse {
+        NodeGetInfoResponse {
+            node_id: self.settings.node_id.clone(),
+            max_volumes_per_node: 0,
+        }
+    }
+
+    fn profile(
+        &self,
+        context: &std::collections::HashMap<String, String>,
+    ) -> Result<&Profile, Status> {
+        for key in context.keys() {
+            if key != PROFILE_ATTRIBUTE && !key.starts_with(KUBELET_PREFIX) {
+                return Err(Status::invalid_argument(format!(
+                    "volume attribute {key:?} is not known: only {PROFILE_ATTRIBUTE:?} (a profile name: {})",
+                    self.profile_names()
+                )));
+            }
+        }
+        match context.get(PROFILE_ATTRIBUTE) {
+            None => self
+                .settings
+                .profiles
+                .first()
+                .ok_or_else(|| Status::failed_precondition("the plugin has no profile")),
+            Some(name) => self
+                .settings
+                .profiles
+                .iter()
+                .find(|p| &p.name == name)
+                .ok_or_else(|| {
+                    Status::invalid_argument(format!(
+                        "volume attribute {PROFILE_ATTRIBUTE}={name:?} names no profile of this driver: {}",
+                        self.profile_names()
+                    ))
+                }),
+        }
+    }
+
+    fn profile_names(&self) -> String {
+        let names: Vec<&str> = self
+            .settings
+            .profiles
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        names.join(", ")
+    }
+
+    /// `csi.v1.Node/NodePublishVolume`: the profile's directory, bind-mounted read-only at the target, once
+    /// the node's PDP answers.
+    pub async fn publish(
+        &self,
+        request: NodePublishVolumeRequest,
+    ) -> Result<NodePublishVolumeResponse, Status> {
+        if request.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is empty"));
+        }
+        if request.target_path.is_empty() {
+            return Err(Status::invalid_argument("target_path is empty"));
+        }
+        let capability = request
+            .volume_capability
+            .as_ref()
+            .ok_or_else(|| Status::invalid_argument("volume_capability is missing"))?;
+        match &capability.access_type {
+            Some(AccessType::Mount(m)) if m.fs_type.is_empty() && m.mount_flags.is_empty() => {}
+            Some(AccessType::Mount(_)) => {
+                return Err(Status::invalid_argument(
+                    "a socket volume takes no fs_type and no mount flags",
+                ));
+            }
+            Some(AccessType::Block(_)) => {
+                return Err(Status::invalid_argument(
+                    "a socket volume is not a block volume",
+                ));
+            }
+            None => {
+                return Err(Status::invalid_argument(
+                    "volume_capability has no access type",
+                ));
+            }
+        }
+        match &capability.access_mode {
+            Some(mode) if SINGLE_NODE_MODES.contains(&mode.mode) => {}
+            Some(mode) => {
+                return Err(Status::invalid_argument(format!(
+                    "access mode {} is not served: a socket volume is for one node (SINGLE_NODE_WRITER or SINGLE_NODE_READER_ONLY)",
+                    mode.mode
+                )));
+            }
+            None => {
+                return Err(Status::invalid_argument(
+                    "volume_capability has no access mode",
+                ));
+            }
+        }
+        if !request.readonly {
+            return Err(Status::invalid_argument(
+                "the volume must be read-only: set readOnly: true on the Pod's csi volume",
+            ));
+        }
+        if request
+            .volume_context
+            .get("csi.storage.k8s.io/ephemeral")
+            .is_none_or(|v| v != "true")
+        {
+            return Err(Status::invalid_argument(
+                "only inline (ephemeral) volumes are served: a Pod's spec.volumes[].csi, not a PersistentVolume",
+            ));
+        }
+        let profile = self.profile(&request.volume_context)?.clone();
+        let target = target::check_target(&request.target_path, &self.settings.pods_dir)
+            .map_err(target_status)?;
+        let _busy = self.claim(&target)?;
+        mount::walk_to_parent(&self.settings.pods_dir, &target).map_err(walk_status)?;
+        if self
+            .mounter
+            .is_mounted(&target)
+            .map_err(|e| Status::internal(e.to_string()))?
+        {
+            return Ok(NodePublishVolumeResponse {});
+        }
+        if !profile.dir.is_dir() {
+            return Err(Status::failed_precondition(format!(
+                "the socket directory {} of profile {} does not exist on this node (is the node's front running?)",
+                profile.dir.display(),
+                profile.name
+            )));
+        }
+        let pod = format!(
+            "{}/{}",
+            request
+                .volume_context
+                .get("csi.storage.k8s.io/pod.namespace")
+                .map_or("?", |s| s),
+            request
+                .volume_context
+                .get("csi.storage.k8s.io/pod.name")
+                .map_or("?", |s| s)
+        );
+        if let Some(ready) = &profile.ready {
+            match gate::wait(
+                ready,
+                self.settings.ready_timeout,
+                self.settings.ready_interval,
+            )
+            .await
+            {
+                Ok(waited) if waited >= self.settings.ready_interval => info!(
+                    pod,
+                    profile = profile.name,
+                    waited_ms = waited.as_millis() as u64,
+                    "the node's PDP answers: publishing after the wait"
+                ),
+                Ok(_) => {}
+                Err(why) => {
+                    warn!(
+                        pod,
+                        profile = profile.name,
+                        reason = why,
+                        "volume not published: the kubelet retries"
+                    );
+                    return Err(Status::unavailable(why));
+                }
+            }
+        }
+        mount::make_target(&target).map_err(walk_status)?;
+        self.mounter
+            .bind_read_only(&profile.dir, &target)
+            .map_err(|e| {
+                Status::internal(format!(
+                    "bind mount of {} on {}: {e}",
+                    profile.dir.display(),
+                    target.display()
+                ))
+            })?;
+        info!(
+            pod,
+            volume = request.volume_id,
+            profile = profile.name,
+            source = %profile.dir.display(),
+            target = %target.display(),
+            "published (read-only bind mount)"
+        );
+        Ok(NodePublishVolumeResponse {})
+    }
+
+    /// `csi.v1.Node/NodeUnpublishVolume`: unmounts and removes the target; a target already gone is success.
+    pub async fn unpublish(
+        &self,
+        request: NodeUnpublishVolumeRequest,
+    ) -> Result<NodeUnpublishVolumeResponse, Status> {
+        if request.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is empty"));
+        }
+        if request.target_path.is_empty() {
+            return Err(Status::invalid_argument("target_path is empty"));
+        }
+        let target = target::check_target(&request.target_path, &self.settings.pods_dir)
+            .map_err(target_status)?;
+        let _busy = self.claim(&target)?;
+        match mount::walk_to_parent(&self.settings.pods_dir, &target) {
+            Ok(()) => {}
+            // Nothing there any more: nothing to undo.
+            Err(WalkError::Missing(_)) => return Ok(NodeUnpublishVolumeResponse {}),
+            Err(e) => return Err(walk_status(e)),
+        }
+        if self
+            .mounter
+            .is_mounted(&target)
+            .map_err(|e| Status::internal(e.to_string()))?
+        {
+            self.mounter
+                .unmount(&target)
+                .map_err(|e| Status::internal(format!("unmount {}: {e}", target.display())))?;
+        }
+        match std::fs::symlink_metadata(&target) {
+            Ok(meta) if meta.file_type().is_dir() => std::fs::remove_dir(&target)
+                .map_err(|e| Status::internal(format!("remove {}: {e}", target.display())))?,
+            Ok(_) => {
+                return Err(Status::invalid_argument(format!(
+                    "{} is not a directory: left alone",
+                    target.display()
+                )));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Status::internal(format!("{}: {e}", target.display()))),
+        }
+        info!(volume = request.volume_id, target = %target.display(), "unpublished");
+        Ok(NodeUnpublishVolumeResponse {})
+    }
+}
+
+/// The routes of the CSI socket: Identity and Node.
+pub fn csi_routes(plugin: Arc<Plugin>) -> super::grpc::Routes {
+    use super::grpc::unary;
+    super::grpc::Routes(Arc::new(move |path, request| {
+        let p = plugin.clone();
+        Some(match path {
+            "/csi.v1.Identity/GetPluginInfo" => {
+                unary(request, move |_: GetPluginInfoRequest| async move {
+                    Ok(p.plugin_info())
+                })
+            }
+            "/csi.v1.Identity/GetPluginCapabilities" => {
+                unary(request, move |_: GetPluginCapabilitiesRequest| async move {
+                    Ok(GetPluginCapabilitiesResponse {})
+                })
+            }
+            "/csi.v1.Identity/Probe" => {
+                unary(request, move |_: ProbeRequest| async move { Ok(p.probe()) })
+            }
+            "/csi.v1.Node/NodeGetInfo" => unary(request, move |_: NodeGetInfoRequest| async move {
+                Ok(p.node_info())
+            }),
+            "/csi.v1.Node/NodeGetCapabilities" => {
+                unary(request, move |_: NodeGetCapabilitiesRequest| async move {
+                    Ok(NodeGetCapabilitiesResponse {})
+                })
+            }
+            "/csi.v1.Node/NodePublishVolume" => {
+                unary(request, move |r: NodePublishVolumeRequest| async move {
+                    p.publish(r).await
+                })
+            }
+            "/csi.v1.Node/NodeUnpublishVolume" => {
+                unary(request, move |r: NodeUnpublishVolumeRequest| async move {
+                    p.unpublish(r).await
+                })
+            }
+            _ => return None,
+        })
+    }))
+}
+
+/// The routes of the registration socket.
+pub fn registration_routes(plugin: Arc<Plugin>) -> super::grpc::Routes {
+    use super::grpc::unary;
+    super::grpc::Routes(Arc::new(move |path, request| {
+        let p = plugin.clone();
+        Some(match path {
+            "/pluginregistration.Registration/GetInfo" => {
+                unary(request, move |_: InfoRequest| async move { Ok(p.info()) })
+            }
+            "/pluginregistration.Registration/NotifyRegistrationStatus" => {
+                unary(request, move |r: RegistrationStatus| async move {
+                    Ok(p.registration_status(r))
+                })
+            }
+            _ => return None,
+        })
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tonic::Code;
+
+    /// Records mounts in memory: the request handling without root.
+    #[derive(Default)]
+    struct FakeMounts {
+        mounted: Mutex<HashSet<PathBuf>>,
+        binds: AtomicUsize,
+    }
+
+    impl Mounter for Arc<FakeMounts> {
+        fn is_mounted(&self, target: &Path) -> std::io::Result<bool> {
+            Ok(self.mounted.lock().unwrap().contains(target))
+        }
+        fn bind_read_only(&self, _: &Path, target: &Path) -> std::io::Result<()> {
+            self.binds.fetch_add(1, Ordering::SeqCst);
+            self.mounted.lock().unwrap().insert(target.to_path_buf());
+            Ok(())
+        }
+        fn unmount(&self, target: &Path) -> std::io::Result<()> {
+            self.mounted.lock().unwrap().remove(target);
+            Ok(())
+        }
+    }
+
+    struct Fixture {
+        root: PathBuf,
+        mounts: Arc<FakeMounts>,
+        plugin: Plugin,
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+
+    fn fixture(name: &str) -> Fixture {
+        let root = std::env::temp_dir().join(format!("pdp-csi-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("kubelet/pods/uid1/volumes/kubernetes.io~csi/pdp"))
+            .unwrap();
+        std::fs::create_dir_all(root.join("cerbos")).unwrap();
+        let mounts = Arc::new(FakeMounts::default());
+        let settings = Settings {
+            driver: "csi.pdp-injector.io".into(),
+            node_id: "node-1".into(),
+            pods_dir: root.join("kubelet/pods"),
+            profiles: vec![
+                Profile {
+                    name: "cerbos".into(),
+                    dir: root.join("cerbos"),
+                    ready: None,
+                },
+                Profile {
+                    name: "flagd".into(),
+                    dir: root.join("flagd-missing"),
+                    ready: None,
+                },
+            ],
+            ready_timeout: Duration::from_millis(200),
+            ready_interval: Duration::from_millis(20),
+            endpoint: root.join("kubelet/plugins/csi.pdp-injector.io/csi.sock"),
+        };
+        let plugin = Plugin::new(settings, Box::new(mounts.clone()));
+        Fixture {
+            root,
+            mounts,
+            plugin,
+        }
+    }
+
+    impl Fixture {
+        fn target(&self) -> String {
+            self.root
+                .join("kubelet/pods/uid1/volumes/kubernetes.io~csi/pdp/mount")
+                .display()
+                .to_string()
+        }
+    }
+
+    fn request(target: &str) -> NodePublishVolumeRequest {
+        NodePublishVolumeRequest {
+            volume_id: "csi-abc".into(),
+            target_path: target.into(),
+            volume_capability: Some(VolumeCapability {
+                access_type: Some(AccessType::Mount(MountVolume::default())),
+                access_mode: Some(AccessMode { mode: 1 }),
+            }),
+            readonly: true,
+            volume_context: HashMap::from([
+                (
+                    "csi.storage.k8s.io/ephemeral".to_string(),
+                    "true".to_string(),
+                ),
+                ("csi.storage.k8s.io/pod.name".to_string(), "app".to_string()),
+            ]),
+        }
+    }
+
+    #[tokio::test]
+    async fn publish_and_unpublish_are_idempotent() {
+        let f = fixture("idem");
+        let target = f.target();
+        f.plugin.publish(request(&target)).await.unwrap();
+        assert!(
+            Path::new(&target).is_dir(),
+            "the target directory is created"
+        );
+        f.plugin.publish(request(&target)).await.unwrap();
+        assert_eq!(
+            f.mounts.binds.load(Ordering::SeqCst),
+            1,
+            "published once, answered twice"
+        );
+        let unpublish = NodeUnpublishVolumeRequest {
+            volume_id: "csi-abc".into(),
+            target_path: target.clone(),
+        };
+        f.plugin.unpublish(unpublish.clone()).await.unwrap();
+        assert!(
+            !Path::new(&target).exists(),
+            "the target directory is removed"
+        );
+        assert!(f.mounts.mounted.lock().unwrap().is_empty());
+        f.plugin.unpublish(unpublish.clone()).await.unwrap();
+        // The whole Pod directory gone (the kubelet removed it): still success.
+        std::fs::remove_dir_all(f.root.join("kubelet/pods/uid1")).unwrap();
+        f.plugin.unpublish(unpublish).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn bad_requests_get_their_grpc_codes() {
+        let f = fixture("codes");
+        let target = f.target();
+        let code = |r: Result<NodePublishVolumeResponse, Status>| {
+            r.map(|_| ())
+                .map_err(|s| (s.code(), s.message().to_string()))
+        };
+        type Change = Box<dyn Fn(&mut NodePublishVolumeRequest)>;
+        let cases: Vec<(Change, Code, &str)> = vec![
+            (
+                Box::new(|r| r.volume_id.clear()),
+                Code::InvalidArgument,
+                "volume_id",
+            ),
+            (
+                Box::new(|r| r.target_path.clear()),
+                Code::InvalidArgument,
+                "target_path",
+            ),
+            (
+                Box::new(|r| r.volume_capability = None),
+                Code::InvalidArgument,
+                "volume_capability",
+            ),
+            (
+                Box::new(|r| {
+                    r.volume_capability.as_mut().unwrap().access_type =
+                        Some(AccessType::Block(BlockVolume {}))
+                }),
+                Code::InvalidArgument,
+                "block",
+            ),
+            (
+                Box::new(|r| {
+                    r.volume_capability.as_mut().unwrap().access_type =
+                        Some(AccessType::Mount(MountVolume {
+                            fs_type: "ext4".into(),
+                            ..Default::default()
+                        }))
+                }),
+                Code::InvalidArgument,
+                "fs_type",
+            ),
+            (
+                Box::new(|r| {
+                    r.volume_capability.as_mut().unwrap().access_mode = Some(AccessMode { mode: 5 })
+                }),
+                Code::InvalidArgument,
+                "access mode 5",
+            ),
+            (
+                Box::new(|r| r.readonly = false),
+                Code::InvalidArgument,
+                "readOnly: true",
+            ),
+            (
+                Box::new(|r| {
+                    r.volume_context.remove("csi.storage.k8s.io/ephemeral");
+                }),
+                Code::InvalidArgument,
+                "inline",
+            ),
+            // A path is never taken from the request: an attribute naming one is refused.
+            (
+                Box::new(|r| {
+                    r.volume_context.insert("dir".into(), "/etc".into());
+                }),
+                Code::InvalidArgument,
+                "\"dir\" is not known",
+            ),
+            (
+                Box::new(|r| {
+                    r.volume_context.insert("profile".into(), "../etc".into());
+                }),
+                Code::InvalidArgument,
+                "names no profile",
+            ),
+            (
+                Box::new(|r| {
+                    r.target_path = "/etc/kubernetes/volumes/kubernetes.io~csi/x/mount".into()
+                }),
+                Code::InvalidArgument,
+                "not under",
+            ),
+            (
+                Box::new(|r| r.target_path.push_str("/../../../../../../../etc")),
+                Code::InvalidArgument,
+                "'..'",
+            ),
+            (
+                Box::new(|r| {
+                    r.target_path = r.target_path.replace("uid1", "uid-missing");
+                }),
+                Code::NotFound,
+                "does not exist",
+            ),
+            (
+                Box::new(|r| {
+                    r.volume_context.insert("profile".into(), "flagd".into());
+                }),
+                Code::FailedPrecondition,
+                "flagd-missing",
+            ),
+        ];
+        for (change, want, says) in cases {
+            let mut r = request(&target);
+            change(&mut r);
+            let (got, message) = code(f.plugin.publish(r).await).unwrap_err();
+            assert_eq!(got, want, "{says}: {message}");
+            assert!(message.contains(says), "{says}: {message}");
+        }
+        assert_eq!(
+            f.mounts.binds.load(Ordering::SeqCst),
+            0,
+            "no refused request mounted anything"
+        );
+        assert!(
+            !Path::new(&target).exists(),
+            "no refused request created the target"
+        );
+        // The named default profile is accepted like the implicit one.
+        let mut r = request(&target);
+        r.volume_context.insert("profile".into(), "cerbos".into());
+        f.plugin.publish(r).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_symbolic_link_on_the_way_to_the_target_is_refused() {
+        let f = fixture("link");
+        // The volume's directory replaced by a link to somewhere else on the node.
+        let volume = f
+            .root
+            .join("kubelet/pods/uid1/volumes/kubernetes.io~csi/pdp");
+        std::fs::remove_dir(&volume).unwrap();
+        std::fs::create_dir_all(f.root.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(f.root.join("elsewhere"), &volume).unwrap();
+        let err = f.plugin.publish(request(&f.target())).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(err.message().contains("symbolic link"), "{err:?}");
+        assert!(
+            !f.root.join("elsewhere/mount").exists(),
+            "nothing created through the link"
+        );
+        // The target itself a link.
+        std::fs::remove_file(&volume).unwrap();
+        std::fs::create_dir(&volume).unwrap();
+        std::os::unix::fs::symlink(f.root.join("elsewhere"), volume.join("mount")).unwrap();
+        let err = f.plugin.publish(request(&f.target())).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert_eq!(f.mounts.binds.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn the_gate_holds_the_volume_until_the_pdp_answers_and_fails_past_its_bound() {
+        let mut f = fixture("gate");
+        let socket = f.root.join("cerbos/cerbos.sock");
+        f.plugin.settings.profiles[0].ready = Some(Ready {
+            socket: socket.clone(),
+            path: "/_cerbos/health".into(),
+        });
+        // Nothing answers: Unavailable after the bound, nothing mounted.
+        let err = f.plugin.publish(request(&f.target())).await.unwrap_err();
+        assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+        assert!(err.message().contains("did not answer"), "{err:?}");
+        assert_eq!(f.mounts.binds.load(Ordering::SeqCst), 0);
+        // A PDP that answers 503 first, then 200: published after the second answer.
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let answered = Arc::new(AtomicUsize::new(0));
+        let count = answered.clone();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            while let Ok((mut s, _)) = listener.accept().await {
+                let mut buf = [0u8; 256];
+                let _ = s.read(&mut buf).await;
+                let status = if count.fetch_add(1, Ordering::SeqCst) == 0 {
+                    "503 Service Unavailable"
+                } else {
+                    "200 OK"
+                };
+                let _ = s
+                    .write_all(format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n").as_bytes())
+                    .await;
+            }
+        });
+        f.plugin.settings.ready_timeout = Duration::from_secs(5);
+        f.plugin.publish(request(&f.target())).await.unwrap();
+        assert_eq!(answered.load(Ordering::SeqCst), 2);
+        assert_eq!(f.mounts.binds.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn registration_names_the_csi_socket_and_a_version_the_kubelet_speaks() {
+        let f = fixture("reg");
+        let info = f.plugin.info();
+        assert_eq!(info.r#type, "CSIPlugin");
+        assert_eq!(info.name, "csi.pdp-injector.io");
+        assert!(
+            info.endpoint
+                .ends_with("kubelet/plugins/csi.pdp-injector.io/csi.sock")
+        );
+        assert_eq!(info.supported_versions, vec!["1.0.0".to_string()]);
+        assert_eq!(f.plugin.node_info().node_id, "node-1");
+        // The flagd profile's directory is missing: not ready.
+        assert_eq!(f.plugin.probe().ready, Some(BoolValue { value: false }));
+    }
+}

@@ -1,0 +1,267 @@
+//! The flags of `node-proxy` and their checks.
+
+use std::io;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::duration::duration_flag;
+use crate::node::route;
+use crate::tls::{TlsError, TlsFiles};
+
+/// The flags of `node-proxy`, with their defaults and environment variables (the binary flattens this).
+#[derive(Debug, Clone, clap::Args)]
+pub struct NodeProxyFlags {
+    /// TCP address of the node's PDP port (apps reach it as $(CERBOS_PDP_HOST):3593); repeatable or comma-separated. Default [::]:3593: one socket for IPv4 and IPv6 where net.ipv6.bindv6only is 0 (the Linux default), and 0.0.0.0:3593 on a node whose kernel has no IPv6. An address given here is bound exactly as written (no fallback); do not add 0.0.0.0:3593 next to [::]:3593 where bindv6only is 0.
+    #[arg(long, env = "PDP_NODE_PROXY_LISTEN", value_delimiter = ',')]
+    pub listen: Option<Vec<SocketAddr>>,
+    /// Port of the default TCP address, [::]:PORT (with its IPv4 fallback on a node without IPv6), when --listen is not given: another PDP's port, such as flagd's 8013.
+    #[arg(long, env = "PDP_NODE_PROXY_PORT", default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Serve no TCP address (socket only).
+    #[arg(long, env = "PDP_NODE_PROXY_NO_TCP")]
+    pub no_tcp: bool,
+    /// The stable socket apps use (CERBOS_PDP_SOCKET); its directory must exist.
+    #[arg(
+        long,
+        env = "PDP_NODE_PROXY_SOCKET",
+        default_value = "/var/run/cerbos/cerbos.sock"
+    )]
+    pub socket: PathBuf,
+    /// Serve no stable socket (TCP only).
+    #[arg(long, env = "PDP_NODE_PROXY_NO_SOCKET")]
+    pub no_socket: bool,
+    /// Permission bits of the stable socket, octal. connect(2) needs write permission and app containers run as any user, so the default lets every local user connect, like the shipped PDP config (udsFileMode 0o777).
+    #[arg(long, env = "PDP_NODE_PROXY_SOCKET_MODE", default_value = "666", value_parser = route::mode_flag)]
+    pub socket_mode: u32,
+    /// When a process already answers on --socket, replace its socket atomically (rename) instead of refusing to start: the front's own upgrade.
+    #[arg(long, env = "PDP_NODE_PROXY_TAKE_OVER")]
+    pub take_over: bool,
+    /// Directory of the per-instance sockets, <instance><suffix>, one set per PDP Pod.
+    #[arg(
+        long,
+        env = "PDP_NODE_PROXY_INSTANCES",
+        default_value = "/var/run/cerbos/instances"
+    )]
+    pub instances: PathBuf,
+    /// The user (uid) whose instance sockets get connections: the directory must be owned by it and writable by
+    /// it alone, each socket owned by it and not world-writable, and the process serving it must run as it
+    /// (SO_PEERCRED). Default: the owner of --instances (which the shipped init container chowns to the PDP's
+    /// user). Anything else is refused, logged once and counted (refused_instances).
+    #[arg(long, env = "PDP_NODE_PROXY_INSTANCE_OWNER")]
+    pub instance_owner: Option<u32>,
+    /// Suffix of the instance sockets TCP connections go to (Cerbos: its gRPC listener).
+    #[arg(long, env = "PDP_NODE_PROXY_TCP_BACKEND", default_value = ".grpc.sock", value_parser = route::suffix_flag)]
+    pub tcp_backend: String,
+    /// Suffix of the instance sockets stable-socket connections go to (Cerbos: its HTTP listener, which also serves gRPC over h2c).
+    #[arg(long, env = "PDP_NODE_PROXY_SOCKET_BACKEND", default_value = ".http.sock", value_parser = route::suffix_flag)]
+    pub socket_backend: String,
+    /// How long a new connection waits for a ready instance before it is closed.
+    #[arg(long, env = "PDP_NODE_PROXY_WAIT", default_value = "30s", value_parser = duration_flag)]
+    pub wait: Duration,
+    /// How often a waiting connection looks for an instance again.
+    #[arg(long, env = "PDP_NODE_PROXY_RETRY_INTERVAL", default_value = "50ms", value_parser = duration_flag)]
+    pub retry_interval: Duration,
+    /// Bound on connecting to one instance (a Unix connect is immediate unless the instance's backlog is full).
+    #[arg(long, env = "PDP_NODE_PROXY_CONNECT_TIMEOUT", default_value = "1s", value_parser = duration_flag)]
+    pub connect_timeout: Duration,
+    /// After SIGTERM, how long open connections get to finish before they are closed.
+    #[arg(long, env = "PDP_NODE_PROXY_DRAIN_TIMEOUT", default_value = "25s", value_parser = duration_flag)]
+    pub drain_timeout: Duration,
+    /// What the front may use (Kubernetes quantity: 48Mi): its connection bounds are derived from it
+    /// (docs/deployment-models.md, "Bounds"). Keep it at about 75% of the container's memory limit.
+    #[arg(long, env = "PDP_NODE_PROXY_MEMORY_BUDGET", default_value = "48Mi",
+          value_parser = crate::size::parse_size)]
+    pub memory_budget: u64,
+    /// TCP client connections served at once (default: derived from --memory-budget); at the bound, a new one takes
+    /// the place of the connection quiet the longest, or is closed at accept when every one is busy.
+    #[arg(long, env = "PDP_NODE_PROXY_MAX_TCP_CONNECTIONS",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_tcp_connections: Option<u32>,
+    /// Stable-socket client connections served at once (default: derived from --memory-budget); at the bound, as
+    /// for TCP.
+    #[arg(long, env = "PDP_NODE_PROXY_MAX_SOCKET_CONNECTIONS",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_socket_connections: Option<u32>,
+    /// TCP connections one client address may hold at once; more are closed at accept.
+    #[arg(long, env = "PDP_NODE_PROXY_MAX_CONNECTIONS_PER_PEER", default_value_t = 128,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections_per_peer: u32,
+    /// A connection that carried no byte either way for this long is closed: far above the ping interval of
+    /// gRPC keep-alive clients (servers refuse pings more often than every 5 minutes by default), so only
+    /// clients that hold a connection and never use it lose it.
+    #[arg(long, env = "PDP_NODE_PROXY_IDLE_TIMEOUT", default_value = "15m", value_parser = duration_flag)]
+    pub idle_timeout: Duration,
+    /// A connection older than this is closed at its next pause between two exchanges (as a gRPC server's
+    /// MaxConnectionAge does with GOAWAY): no client holds a place for ever; clients reconnect at once.
+    #[arg(long, env = "PDP_NODE_PROXY_MAX_CONNECTION_AGE", default_value = "1h", value_parser = duration_flag)]
+    pub max_connection_age: Duration,
+    /// How often the front looks for a newer PDP instance and moves idle connections to it (see "Moving
+    /// connections" in the module docs); 0s never moves a connection (it stays until either side closes it).
+    #[arg(long, env = "PDP_NODE_PROXY_REBALANCE_INTERVAL", default_value = "250ms", value_parser = duration_flag)]
+    pub rebalance_interval: Duration,
+    /// How often the counters are logged, when they changed; 0s never.
+    #[arg(long, env = "PDP_NODE_PROXY_STATS_INTERVAL", default_value = "60s", value_parser = duration_flag)]
+    pub stats_interval: Duration,
+    /// Serving certificate chain (PEM) of the TCP address: with --tls-key, TCP clients speak TLS to the front, which forwards the decrypted bytes; the stable socket stays plaintext.
+    #[arg(long, env = "PDP_NODE_PROXY_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, env = "PDP_NODE_PROXY_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM) that every TCP client's certificate must chain to; a client without one, or with one from another CA, fails the handshake. Needs --tls-cert.
+    #[arg(long, env = "PDP_NODE_PROXY_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// How often the TLS files are read again; a change is used from the next handshake on, a broken new file is logged and the last good one kept.
+    #[arg(long, env = "PDP_NODE_PROXY_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = duration_flag)]
+    pub tls_reload_interval: Duration,
+    /// Bound on a TLS handshake: a client that has not finished it by then is closed (and gives back its place).
+    #[arg(long, env = "PDP_NODE_PROXY_TLS_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = duration_flag)]
+    pub tls_handshake_timeout: Duration,
+}
+
+/// The port of the default TCP address (Cerbos's gRPC port).
+pub const DEFAULT_PORT: u16 = 3593;
+
+impl NodeProxyFlags {
+    /// The TCP addresses to bind: --listen, or the default `[::]:<--port>`.
+    pub fn listen_addrs(&self) -> Vec<SocketAddr> {
+        match &self.listen {
+            Some(addrs) => addrs.clone(),
+            None => vec![SocketAddr::new(
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+                self.port,
+            )],
+        }
+    }
+
+    /// The TLS files of the TCP path, when it is TLS.
+    pub fn tls_files(&self) -> Option<TlsFiles> {
+        Some(TlsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: self.tls_client_ca.clone(),
+        })
+    }
+}
+
+impl Default for NodeProxyFlags {
+    fn default() -> Self {
+        #[derive(clap::Parser)]
+        struct Only {
+            #[command(flatten)]
+            flags: NodeProxyFlags,
+        }
+        <Only as clap::Parser>::try_parse_from(["node-proxy"])
+            .expect("the defaults of the node-proxy flags parse")
+            .flags
+    }
+}
+
+/// Why the front cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeProxyError {
+    /// The flags contradict each other.
+    #[error("{0}")]
+    Flags(String),
+    /// The stable socket cannot be created, or its path holds something the front must not remove.
+    #[error("stable socket {path}: {reason}")]
+    Socket {
+        /// The --socket path.
+        path: PathBuf,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
+    /// The TLS files of the TCP path cannot be read or used.
+    #[error("TLS of the TCP address: {0}")]
+    Tls(#[from] TlsError),
+    /// A TCP address cannot be bound (in use, or not an address of this node).
+    #[error("cannot listen on {addr}: {source}")]
+    Tcp {
+        /// The --listen address.
+        addr: SocketAddr,
+        /// The bind error.
+        source: io::Error,
+    },
+}
+
+pub(super) fn check(flags: &NodeProxyFlags) -> Result<(), NodeProxyError> {
+    let serves_tcp = !flags.no_tcp && !flags.listen_addrs().is_empty();
+    match (&flags.tls_cert, &flags.tls_key, &flags.tls_client_ca) {
+        (Some(_), None, _) => {
+            return Err(NodeProxyError::Flags(
+                "--tls-cert needs --tls-key (the private key of the certificate)".into(),
+            ));
+        }
+        (None, Some(_), _) => {
+            return Err(NodeProxyError::Flags(
+                "--tls-key needs --tls-cert (the certificate of the key)".into(),
+            ));
+        }
+        (None, None, Some(_)) => {
+            return Err(NodeProxyError::Flags(
+                "--tls-client-ca needs --tls-cert and --tls-key: client certificates are checked in the TLS handshake".into(),
+            ));
+        }
+        (Some(_), Some(_), _) if !serves_tcp => {
+            return Err(NodeProxyError::Flags(
+                "--tls-cert is for the TCP address, and --no-tcp serves none (the stable socket is always plaintext)".into(),
+            ));
+        }
+        _ => {}
+    }
+    if flags.tls_reload_interval.is_zero() {
+        return Err(NodeProxyError::Flags(
+            "--tls-reload-interval must be more than 0s".into(),
+        ));
+    }
+    if flags.tls_handshake_timeout.is_zero() {
+        return Err(NodeProxyError::Flags(
+            "--tls-handshake-timeout must be more than 0s".into(),
+        ));
+    }
+    if !serves_tcp && flags.no_socket {
+        return Err(NodeProxyError::Flags(
+            "nothing to serve: --no-tcp and --no-socket together".into(),
+        ));
+    }
+    if flags.idle_timeout.is_zero() || flags.max_connection_age.is_zero() {
+        return Err(NodeProxyError::Flags(
+            "--idle-timeout and --max-connection-age must be more than 0s".into(),
+        ));
+    }
+    if flags.retry_interval.is_zero() {
+        return Err(NodeProxyError::Flags(
+            "--retry-interval must be more than 0s (a waiting connection would spin)".into(),
+        ));
+    }
+    if flags.connect_timeout.is_zero() {
+        return Err(NodeProxyError::Flags(
+            "--connect-timeout must be more than 0s".into(),
+        ));
+    }
+    if !flags.no_socket {
+        // The front must not find its own socket among the instances: it would forward to itself.
+        let file = flags.socket.file_name().and_then(|f| f.to_str());
+        let in_instances = flags.socket.parent() == Some(flags.instances.as_path());
+        let looks_like_instance = file.is_some_and(|f| {
+            route::instance_name(f, &flags.tcp_backend).is_some()
+                || route::instance_name(f, &flags.socket_backend).is_some()
+        });
+        if file.is_none() {
+            return Err(NodeProxyError::Flags(format!(
+                "--socket {} names no file",
+                flags.socket.display()
+            )));
+        }
+        if in_instances && looks_like_instance {
+            return Err(NodeProxyError::Flags(format!(
+                "--socket {} would be taken for a PDP instance in --instances {}: put it outside, or use another name",
+                flags.socket.display(),
+                flags.instances.display()
+            )));
+        }
+    }
+    Ok(())
+}

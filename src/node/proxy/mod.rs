@@ -1,0 +1,320 @@
+//! The node-local front (`pdp-injector node-proxy`): owns the node's stable PDP endpoints, a TCP address (the
+//! hostPort apps reach as `$(CERBOS_PDP_HOST):3593`) and the stable socket path apps mount
+//! (`/var/run/cerbos/cerbos.sock`), and forwards each connection at L4, bytes both ways, to the newest PDP
+//! instance that accepts it among the per-instance sockets of a directory ([`super::route`] says which).
+//!
+//! The PDP behind it can therefore be replaced surge-style, new instance first: the front's endpoints never go
+//! away while it does, new connections move to the new instance as soon as it listens, and connections already
+//! open stay on the old one until they end or it drains them. When no instance is ready (the first start on a
+//! node, or a crash), a new connection waits up to `--wait` and is forwarded as soon as one appears: an app sees
+//! latency, not a refused connection.
+//!
+//! The files: [`flags`] (the command line and its checks), [`listen`] (binding the endpoints, accepting, the
+//! stable socket), [`instances`] (finding the PDP instances), [`forward`] (one connection, both ways, and when it
+//! moves), [`front_tls`] (TLS on the TCP path), [`stats`] (the counters).
+
+mod flags;
+mod forward;
+mod front_tls;
+mod instances;
+mod listen;
+mod stats;
+
+pub use flags::{DEFAULT_PORT, NodeProxyError, NodeProxyFlags};
+pub use stats::{InstanceCounts, Stats};
+
+use std::net::SocketAddr;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::node::slots::{FrontBounds, Slots};
+use crate::tls::{self, Reloader};
+use flags::*;
+use front_tls::*;
+use instances::*;
+use listen::*;
+use stats::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Serving,
+    Draining,
+    Stopped,
+}
+
+/// Where the connections of one front endpoint go.
+struct Route {
+    /// `tcp` or `socket`, in logs.
+    kind: &'static str,
+    dir: PathBuf,
+    suffix: String,
+    /// The newest instance known to accept connections (by [`track_newest`]); `None` before the first look,
+    /// or when none accepts.
+    newest: watch::Sender<Option<String>>,
+    /// TLS terminated before forwarding (the TCP route, when configured).
+    tls: Option<Arc<FrontTls>>,
+    /// The places of its connections.
+    slots: Arc<Slots>,
+}
+
+/// A running front; [`Running::shutdown`] drains it.
+pub struct Running {
+    tcp: Vec<SocketAddr>,
+    socket: Option<PathBuf>,
+    owned: Option<OwnedSocket>,
+    shared: Arc<Shared>,
+    accept_tasks: Vec<JoinHandle<()>>,
+    stats_task: Option<JoinHandle<()>>,
+    trackers: Vec<JoinHandle<()>>,
+    tls_task: Option<JoinHandle<()>>,
+    routes: Vec<Arc<Route>>,
+    bounds: FrontBounds,
+    drain_timeout: Duration,
+}
+
+/// How a drain ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drained {
+    /// Connections still open at the end of --drain-timeout, closed by the front.
+    pub cut: u32,
+}
+
+impl Running {
+    /// The bound TCP addresses (the real port when --listen asked for port 0).
+    pub fn tcp_addrs(&self) -> &[SocketAddr] {
+        &self.tcp
+    }
+
+    /// The stable socket, when served.
+    pub fn socket(&self) -> Option<&Path> {
+        self.socket.as_deref()
+    }
+
+    /// The bounds in force.
+    pub fn bounds(&self) -> FrontBounds {
+        self.bounds
+    }
+
+    /// Connections open now, all endpoints.
+    pub fn open(&self) -> usize {
+        self.routes.iter().map(|r| r.slots.open()).sum()
+    }
+
+    async fn emptied(&self) {
+        for route in &self.routes {
+            route.slots.emptied().await;
+        }
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> Stats {
+        self.shared
+            .stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Stops accepting (the TCP listeners close, the stable socket is removed if still ours), lets open
+    /// connections finish for up to --drain-timeout, then closes the rest.
+    pub async fn shutdown(mut self) -> Drained {
+        self.shared.phase.send_replace(Phase::Draining);
+        for task in self.accept_tasks.drain(..) {
+            let _ = task.await;
+        }
+        if let Some(owned) = self.owned.take() {
+            owned.release();
+        }
+        info!(
+            open = self.open(),
+            drain_timeout = ?self.drain_timeout,
+            "stopped accepting; draining open connections"
+        );
+        let cut = match tokio::time::timeout(self.drain_timeout, self.emptied()).await {
+            Ok(()) => 0,
+            Err(_) => {
+                let cut = self.open();
+                warn!(cut, "drain timeout: closing the connections still open");
+                cut as u32
+            }
+        };
+        self.shared.phase.send_replace(Phase::Stopped);
+        if let Some(task) = self.stats_task.take() {
+            task.abort();
+        }
+        for task in self.trackers.drain(..) {
+            task.abort();
+        }
+        if let Some(task) = self.tls_task.take() {
+            task.abort();
+        }
+        // The connections cut above end at their next poll; give them that moment before the runtime goes.
+        if cut > 0 {
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.emptied()).await;
+        }
+        let stats = self.stats();
+        info!(?stats, "node-proxy stopped");
+        Drained { cut }
+    }
+}
+
+/// Starts the front: binds every endpoint first (an error names the one that failed), then serves.
+pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
+    check(&flags)?;
+    let serves_tcp = !flags.no_tcp && !flags.listen_addrs().is_empty();
+    let bounds = FrontBounds::derive(
+        flags.memory_budget,
+        serves_tcp.then_some((flags.tls_files().is_some(), flags.max_tcp_connections)),
+        (!flags.no_socket).then_some(flags.max_socket_connections),
+        flags.max_connections_per_peer,
+    )
+    .map_err(NodeProxyError::Flags)?;
+    // The certificate first: a front that cannot serve TLS must not take the port.
+    let tls_start = match flags.tls_files() {
+        Some(files) => {
+            let (reloader, loaded) = Reloader::start(&files.read()?, tls::ALPN_H2)?;
+            Some((files, reloader, loaded))
+        }
+        None => None,
+    };
+    let mut tcp_listeners = Vec::new();
+    if !flags.no_tcp {
+        for addr in flags.listen_addrs() {
+            tcp_listeners.push(bind_tcp(addr, flags.listen.is_none()).await?);
+        }
+    }
+    let tcp: Vec<SocketAddr> = tcp_listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .collect();
+    let (unix_listener, owned) = if flags.no_socket {
+        (None, None)
+    } else {
+        let (listener, owned) = bind_stable(&flags.socket, flags.socket_mode, flags.take_over)?;
+        (Some(listener), Some(owned))
+    };
+    if !flags.instances.is_dir() {
+        warn!(
+            instances = %flags.instances.display(),
+            "the instances directory does not exist (yet): connections wait until a PDP instance serves there"
+        );
+    }
+    let (phase, _) = watch::channel(Phase::Serving);
+    let shared = Arc::new(Shared {
+        stats: Mutex::new(Stats::default()),
+        phase,
+        idle_timeout: flags.idle_timeout,
+        max_age: flags.max_connection_age,
+        refusal_noted: Mutex::new(None),
+        wait: flags.wait,
+        retry_interval: flags.retry_interval,
+        connect_timeout: flags.connect_timeout,
+        instance_owner: flags.instance_owner,
+        refused: Mutex::new(Default::default()),
+    });
+    let mut accept_tasks = Vec::new();
+    let mut tls_task = None;
+    let front_tls = tls_start.map(|(files, reloader, loaded)| {
+        info!(
+            cert = %files.cert.display(),
+            client_ca = ?files.client_ca,
+            not_after = loaded.not_after,
+            "TLS on the TCP address (ALPN h2)"
+        );
+        let front_tls = Arc::new(FrontTls {
+            config: RwLock::new(loaded.config),
+            handshake_timeout: flags.tls_handshake_timeout,
+            noted: Mutex::new(None),
+        });
+        tls_task = Some(tokio::spawn(reload_tls(
+            files,
+            reloader,
+            front_tls.clone(),
+            shared.clone(),
+            flags.tls_reload_interval,
+        )));
+        front_tls
+    });
+    let tcp_route = Arc::new(Route {
+        kind: "tcp",
+        dir: flags.instances.clone(),
+        suffix: flags.tcp_backend.clone(),
+        newest: watch::Sender::new(None),
+        tls: front_tls,
+        slots: Slots::new(bounds.tcp, Some(bounds.per_peer)),
+    });
+    let mut routes = vec![tcp_route.clone()];
+    for listener in tcp_listeners {
+        accept_tasks.push(tokio::spawn(accept_loop(
+            Listener::Tcp(listener),
+            tcp_route.clone(),
+            shared.clone(),
+        )));
+    }
+    if let Some(listener) = unix_listener {
+        let route = Arc::new(Route {
+            kind: "socket",
+            dir: flags.instances.clone(),
+            suffix: flags.socket_backend.clone(),
+            newest: watch::Sender::new(None),
+            tls: None,
+            slots: Slots::new(bounds.socket, None),
+        });
+        routes.push(route.clone());
+        accept_tasks.push(tokio::spawn(accept_loop(
+            Listener::Unix(listener),
+            route,
+            shared.clone(),
+        )));
+    }
+    let stats_task = (!flags.stats_interval.is_zero())
+        .then(|| tokio::spawn(log_stats(shared.clone(), flags.stats_interval)));
+    let trackers = if flags.rebalance_interval.is_zero() {
+        Vec::new()
+    } else {
+        routes
+            .iter()
+            .map(|r| {
+                tokio::spawn(track_newest(
+                    r.clone(),
+                    shared.clone(),
+                    flags.rebalance_interval,
+                ))
+            })
+            .collect()
+    };
+    let socket = owned.as_ref().map(|o| o.path.clone());
+    info!(
+        tcp = ?tcp,
+        tls = tcp_route.tls.is_some(),
+        socket = ?socket,
+        instances = %flags.instances.display(),
+        tcp_backend = %flags.tcp_backend,
+        socket_backend = %flags.socket_backend,
+        wait = ?flags.wait,
+        memory_budget_mib = bounds.budget / (1024 * 1024),
+        max_tcp_connections = bounds.tcp,
+        max_socket_connections = bounds.socket,
+        max_connections_per_peer = bounds.per_peer,
+        "node-proxy serving"
+    );
+    Ok(Running {
+        tcp,
+        socket,
+        owned,
+        shared,
+        accept_tasks,
+        stats_task,
+        trackers,
+        tls_task,
+        routes,
+        bounds,
+        drain_timeout: flags.drain_timeout,
+    })
+}
