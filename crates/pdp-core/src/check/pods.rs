@@ -404,12 +404,7 @@ mod tests {
 
     #[test]
     fn annotated_pod_created_while_the_webhook_was_away() {
-        let d = compare(
-            &plain(json!({"pdp-injector.io/inject": "sidecar"})),
-            &ns(&[]),
-            &Config::builtin(),
-        )
-        .unwrap();
+        let d = in_unlabelled(json!({"pdp-injector.io/inject": "sidecar"}));
         assert_eq!(d.drift, Drift::NotWired);
     }
 
@@ -439,6 +434,11 @@ mod tests {
         let d = compare(&p, &n, &config).unwrap();
         assert_eq!(d.drift, Drift::StaleVersion);
         assert!(d.detail.contains("0.0.1"), "{d:?}");
+    }
+
+    /// How `check` judges a Pod with `annotations` in an unlabelled namespace, by the built-in config.
+    fn in_unlabelled(annotations: serde_json::Value) -> PodDrift {
+        compare(&plain(annotations), &ns(&[]), &Config::builtin()).unwrap()
     }
 
     /// A Pod wired in a namespace labelled `before`, compared once the label is `after`.
@@ -512,12 +512,7 @@ mod tests {
 
     #[test]
     fn invalid_opt_in_that_slipped_past_is_reported() {
-        let d = compare(
-            &plain(json!({"pdp-injector.io/inject": "sidecars"})),
-            &ns(&[]),
-            &Config::builtin(),
-        )
-        .unwrap();
+        let d = in_unlabelled(json!({"pdp-injector.io/inject": "sidecars"}));
         assert_eq!(d.drift, Drift::WouldBeDenied);
         assert!(d.detail.contains("invalid_annotation"), "{d:?}");
     }
