@@ -183,12 +183,19 @@ async fn forwards_tcp_and_socket_to_their_own_instance_sockets() {
     let mut f = flags(&dir);
     f.tcp_backend = ".grpc.sock".into();
     f.socket_backend = ".http.sock".into();
+    f.http_listen = Some(vec!["127.0.0.1:0".parse().unwrap()]);
     let _grpc = Instance::start(&dir.instances(), "pdp-a.grpc.sock", "a/grpc");
     let _http = Instance::start(&dir.instances(), "pdp-a.http.sock", "a/http");
     let front = proxy::start(f).await.unwrap();
     assert!(front.tcp_addrs()[0].ip().is_loopback());
     assert_eq!(ask_tcp(&front, "one").await.unwrap(), "a/grpc:one");
     assert_eq!(ask_unix(&front, "two").await.unwrap(), "a/http:two");
+    // The HTTP port goes where the stable socket goes: the instance's HTTP listener.
+    let http = TcpStream::connect(front.http_addrs()[0]).await.unwrap();
+    assert_eq!(
+        ask_on(&mut BufReader::new(http), "three").await.unwrap(),
+        "a/http:three"
+    );
     // Many requests on one connection, both ways.
     let mut conn = tcp(&front).await.unwrap();
     for i in 0..100 {
@@ -204,8 +211,8 @@ async fn forwards_tcp_and_socket_to_their_own_instance_sockets() {
         .mode();
     assert_eq!(mode & 0o777, 0o666, "{mode:o}");
     let stats = front.stats();
-    assert_eq!(stats.instances["pdp-a"].forwarded, 3);
-    assert_eq!(stats.accepted, 3);
+    assert_eq!(stats.instances["pdp-a"].forwarded, 4);
+    assert_eq!(stats.accepted, 4);
     front.shutdown().await;
 }
 
@@ -621,7 +628,15 @@ fn bad_flags_are_clear_errors() {
     }
     let tls = parse(&["--tls-cert", "c", "--tls-key", "k", "--tls-client-ca", "ca"]).unwrap();
     assert!(tls.flags.tls_files().is_some_and(|f| f.client_ca.is_some()));
+    let err = parse(&["--http-port", "3592", "--http-listen", "127.0.0.1:3592"])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("cannot be used with"), "{err}");
+    let http = parse(&["--http-port", "3592"]).unwrap();
+    assert_eq!(http.flags.http_addrs(), ["[::]:3592".parse().unwrap()]);
     let defaults = NodeProxyFlags::default();
+    // No HTTP port unless asked for (a PDP without an HTTP API, flagd's sync port, ...).
+    assert!(defaults.http_addrs().is_empty());
     // No --listen: [::]:3593, with the IPv4 fallback on a node without IPv6.
     assert_eq!(defaults.listen, None);
     assert_eq!(defaults.listen_addrs(), ["[::]:3593".parse().unwrap()]);
@@ -653,6 +668,17 @@ async fn contradictory_flags_fail_at_start() {
     let mut f = flags(&dir);
     f.retry_interval = Duration::ZERO;
     assert!(proxy::start(f).await.is_err());
+    // The HTTP port is a TCP address: not with --no-tcp, and not on the gRPC port.
+    let mut f = flags(&dir);
+    f.no_tcp = true;
+    f.http_port = Some(3592);
+    let err = proxy::start(f).await.err().unwrap().to_string();
+    assert!(err.contains("--no-tcp serves none"), "{err}");
+    let mut f = flags(&dir);
+    f.listen = None;
+    f.http_port = Some(f.port);
+    let err = proxy::start(f).await.err().unwrap().to_string();
+    assert!(err.contains("also the gRPC port"), "{err}");
 }
 
 /// The binary: bad flags exit with status 2 and a message; SIGTERM drains and removes the socket.
@@ -791,7 +817,15 @@ mod tls_support {
         front: &proxy::Running,
         connector: &TlsConnector,
     ) -> Result<TlsStream<TcpStream>, String> {
-        let tcp = TcpStream::connect(front.tcp_addrs()[0])
+        connect_to(front.tcp_addrs()[0], connector).await
+    }
+
+    /// A TLS connection to `addr`.
+    pub async fn connect_to(
+        addr: std::net::SocketAddr,
+        connector: &TlsConnector,
+    ) -> Result<TlsStream<TcpStream>, String> {
+        let tcp = TcpStream::connect(addr)
             .await
             .map_err(|e| format!("connect tcp: {e}"))?;
         let name = ServerName::try_from("localhost").unwrap();
@@ -844,7 +878,9 @@ async fn tls_on_the_tcp_path_forwards_the_decrypted_bytes_and_the_socket_stays_p
     let server = bundle("pdp.node.local");
     write(&dir, &server, None);
     let a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
-    let front = proxy::start(tls_flags(&dir, false)).await.unwrap();
+    let mut f = tls_flags(&dir, false);
+    f.http_listen = Some(vec!["127.0.0.1:0".parse().unwrap()]);
+    let front = proxy::start(f).await.unwrap();
     let client = h2_client(&server, None);
     assert_eq!(ask(&front, &client, "one").await.unwrap(), "a:one");
     let mut conn = BufReader::new(connect(&front, &client).await.unwrap());
@@ -880,9 +916,19 @@ async fn tls_on_the_tcp_path_forwards_the_decrypted_bytes_and_the_socket_stays_p
         3,
         "a failed handshake reached the instance"
     );
+    // The HTTP port, same certificate: HTTP/1.1 clients are served there (its backend speaks both).
+    let mut http1_conn = BufReader::new(connect_to(front.http_addrs()[0], &http1).await.unwrap());
+    assert_eq!(
+        http1_conn.get_ref().get_ref().1.alpn_protocol(),
+        Some(&b"http/1.1"[..])
+    );
+    assert_eq!(ask_on(&mut http1_conn, "four").await.unwrap(), "a:four");
+    let mut h2 = BufReader::new(connect_to(front.http_addrs()[0], &client).await.unwrap());
+    assert_eq!(h2.get_ref().get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    assert_eq!(ask_on(&mut h2, "five").await.unwrap(), "a:five");
     let stats = front.stats();
-    assert_eq!(stats.instances["pdp-a"].forwarded, 3);
-    assert_eq!(stats.accepted, 6);
+    assert_eq!(stats.instances["pdp-a"].forwarded, 5);
+    assert_eq!(stats.accepted, 8);
     front.shutdown().await;
 }
 
@@ -938,7 +984,9 @@ async fn the_certificate_rotates_without_a_restart_and_a_bad_file_keeps_the_last
     let first = bundle("first.example");
     write(&dir, &first, None);
     let _a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
-    let front = proxy::start(tls_flags(&dir, false)).await.unwrap();
+    let mut f = tls_flags(&dir, false);
+    f.http_listen = Some(vec!["127.0.0.1:0".parse().unwrap()]);
+    let front = proxy::start(f).await.unwrap();
     let second = bundle("rotated.example");
     // Trusts both CAs, so the served certificate tells which one is in use.
     let client = tls_support::client(&[&first, &second], None, &[b"h2"]);
@@ -956,6 +1004,14 @@ async fn the_certificate_rotates_without_a_restart_and_a_bad_file_keeps_the_last
         served_certificate(&front, &client).await,
         der(&second.cert_pem)
     );
+    // The HTTP port rotates with it, and keeps its own protocols.
+    let http1 = tls_support::client(&[&first, &second], None, &[b"http/1.1"]);
+    let on_http = connect_to(front.http_addrs()[0], &http1).await.unwrap();
+    assert_eq!(
+        on_http.get_ref().1.peer_certificates().unwrap()[0].to_vec(),
+        der(&second.cert_pem)
+    );
+    assert_eq!(on_http.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
     assert_eq!(ask(&front, &client, "after").await.unwrap(), "a:after");
     assert_eq!(ask_on(&mut held, "still").await.unwrap(), "a:still");
 
@@ -1417,8 +1473,9 @@ mod cerbos {
         Ok(())
     }
 
-    /// One check on a new connection through the front: gRPC over TCP, HTTP over the stable socket.
-    pub async fn check_through(front: &proxy::Running) -> (Result<(), String>, Result<(), String>) {
+    /// One check on a new connection through each path of the front: gRPC over TCP, HTTP over the stable
+    /// socket, and HTTP over the HTTP port when it is served.
+    pub async fn check_through(front: &proxy::Running) -> Vec<Result<(), String>> {
         let over_tcp = async {
             let io = TcpStream::connect(front.tcp_addrs()[0])
                 .await
@@ -1431,7 +1488,15 @@ mod cerbos {
                 .map_err(|e| e.to_string())?;
             http_check(&mut http_connection(io).await?).await
         };
-        (over_tcp.await, over_socket.await)
+        let mut results = vec![over_tcp.await, over_socket.await];
+        if let Some(addr) = front.http_addrs().first() {
+            let over_http_port = async {
+                let io = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+                http_check(&mut http_connection(io).await?).await
+            };
+            results.push(over_http_port.await.map_err(|e| format!("HTTP port: {e}")));
+        }
+        results
     }
 }
 
@@ -1449,6 +1514,7 @@ async fn real_cerbos_behind_the_front_and_its_replacement() {
     f.tcp_backend = ".grpc.sock".into();
     f.socket_backend = ".http.sock".into();
     f.wait = Duration::from_secs(30);
+    f.http_listen = Some(vec!["127.0.0.1:0".parse().unwrap()]);
     let front = Arc::new(proxy::start(f).await.unwrap());
 
     let first = cerbos::Cerbos::start(&bin, dir.path(), &dir.instances(), "pdp-1");
@@ -1458,9 +1524,11 @@ async fn real_cerbos_behind_the_front_and_its_replacement() {
         async move { cerbos::check_through(&front).await }
     });
     first.ready().await;
-    let (tcp, socket) = early.await.unwrap();
-    tcp.unwrap();
-    socket.unwrap();
+    let early = early.await.unwrap();
+    assert_eq!(early.len(), 3, "gRPC port, socket and HTTP port");
+    for result in early {
+        result.unwrap();
+    }
     // gRPC also works on the stable socket (Cerbos's HTTP listener serves gRPC over h2c).
     let io = UnixStream::connect(front.socket().unwrap()).await.unwrap();
     cerbos::grpc_check(&mut cerbos::grpc_connection(io).await.unwrap())
@@ -1473,8 +1541,7 @@ async fn real_cerbos_behind_the_front_and_its_replacement() {
         tokio::spawn(async move {
             let (mut ok, mut failures) = (0u32, Vec::new());
             while !stop.load(Ordering::Relaxed) {
-                let (tcp, socket) = cerbos::check_through(&front).await;
-                for r in [tcp, socket] {
+                for r in cerbos::check_through(&front).await {
                     match r {
                         Ok(()) => ok += 1,
                         Err(e) => failures.push(e),

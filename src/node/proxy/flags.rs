@@ -22,6 +22,12 @@ pub struct NodeProxyFlags {
     /// Serve no TCP address (socket only).
     #[arg(long, env = "PDP_NODE_PROXY_NO_TCP")]
     pub no_tcp: bool,
+    /// TCP port of the PDP's HTTP API on the node (Cerbos 3592: apps reach it as $(CERBOS_PDP_HOST):3592), served at [::]:PORT (with its IPv4 fallback) and forwarded to the instances' --socket-backend, like the stable socket. Unset: no HTTP port.
+    #[arg(long, env = "PDP_NODE_PROXY_HTTP_PORT", conflicts_with = "http_listen")]
+    pub http_port: Option<u16>,
+    /// TCP addresses of the HTTP port instead of [::]:--http-port, bound exactly as written; repeatable or comma-separated.
+    #[arg(long, env = "PDP_NODE_PROXY_HTTP_LISTEN", value_delimiter = ',')]
+    pub http_listen: Option<Vec<SocketAddr>>,
     /// The stable socket apps use (CERBOS_PDP_SOCKET); its directory must exist.
     #[arg(
         long,
@@ -136,6 +142,15 @@ impl NodeProxyFlags {
         }
     }
 
+    /// The TCP addresses of the HTTP port: --http-listen, or the default `[::]:<--http-port>`; none without either.
+    pub fn http_addrs(&self) -> Vec<SocketAddr> {
+        match (&self.http_listen, self.http_port) {
+            (Some(addrs), _) => addrs.clone(),
+            (None, Some(port)) => vec![SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port)],
+            (None, None) => Vec::new(),
+        }
+    }
+
     /// The TLS files of the TCP path, when it is TLS.
     pub fn tls_files(&self) -> Option<TlsFiles> {
         Some(TlsFiles {
@@ -220,6 +235,30 @@ pub(super) fn check(flags: &NodeProxyFlags) -> Result<(), NodeProxyError> {
         return Err(NodeProxyError::Flags(
             "--tls-handshake-timeout must be more than 0s".into(),
         ));
+    }
+    if flags.no_tcp && !flags.http_addrs().is_empty() {
+        return Err(NodeProxyError::Flags(
+            "--http-port and --http-listen are TCP addresses, and --no-tcp serves none".into(),
+        ));
+    }
+    let http = flags.http_addrs();
+    // Same port on overlapping addresses (the unspecified one overlaps every address): the second bind fails.
+    // Port 0 asks the kernel for a free one each time, so never collides.
+    let overlap = |a: &SocketAddr, b: &SocketAddr| {
+        a.port() != 0
+            && a.port() == b.port()
+            && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+    };
+    let grpc = if serves_tcp {
+        flags.listen_addrs()
+    } else {
+        Vec::new()
+    };
+    if let Some(addr) = http.iter().find(|a| grpc.iter().any(|t| overlap(a, t))) {
+        return Err(NodeProxyError::Flags(format!(
+            "the HTTP port {} is also the gRPC port (--listen/--port): give the HTTP API its own port (Cerbos 3592)",
+            addr.port()
+        )));
     }
     if !serves_tcp && flags.no_socket {
         return Err(NodeProxyError::Flags(

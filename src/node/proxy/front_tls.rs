@@ -5,7 +5,8 @@
 //! certificate when one is presented; the front instead requires one when a client CA is set, keeps the stable
 //! socket plaintext (local, permissioned by the filesystem) and the instances on plain Unix sockets, and
 //! forwards the decrypted bytes of a TCP connection exactly as it forwards a plaintext one. ALPN offers `h2`
-//! only: the TCP backend is the instance's gRPC listener. The files are read again every
+//! only on the gRPC port (its backend is the instance's gRPC listener), `h2` and `http/1.1` on the HTTP port
+//! (its backend, the instance's HTTP listener, speaks both). One certificate serves both ports. The files are read again every
 //! `--tls-reload-interval` and a changed, valid set is used for the next handshake; a broken one is logged and
 //! the last good one stays.
 use std::io;
@@ -22,9 +23,11 @@ use super::*;
 use crate::node::slots::Slot;
 use crate::tls::{Reload, Reloader, TlsFiles};
 
-/// The TLS side of the TCP route: the configuration in use, swapped by the reload task.
+/// The TLS side of a TCP route: the configuration in use, swapped by the reload task.
 pub(super) struct FrontTls {
     pub(super) config: RwLock<Arc<rustls::ServerConfig>>,
+    /// The ALPN protocols of this route's port (the reloaded configuration is given them).
+    pub(super) alpn: &'static [&'static [u8]],
     pub(super) handshake_timeout: Duration,
     /// When a handshake failure was last logged at `info` (the others go to `debug`).
     pub(super) noted: Mutex<Option<Instant>>,
@@ -43,8 +46,22 @@ impl FrontTls {
         )
     }
 
-    pub(super) fn set(&self, config: Arc<rustls::ServerConfig>) {
-        *self.config.write().unwrap_or_else(|e| e.into_inner()) = config;
+    /// A TLS side for a port with the protocols `alpn`, from a loaded configuration.
+    pub(super) fn new(
+        config: &Arc<rustls::ServerConfig>,
+        alpn: &'static [&'static [u8]],
+        handshake_timeout: Duration,
+    ) -> Self {
+        Self {
+            config: RwLock::new(with_alpn(config, alpn)),
+            alpn,
+            handshake_timeout,
+            noted: Mutex::new(None),
+        }
+    }
+
+    pub(super) fn set(&self, config: &Arc<rustls::ServerConfig>) {
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = with_alpn(config, self.alpn);
     }
 
     /// Whether this failure is the one logged at `info` in its interval.
@@ -57,6 +74,22 @@ impl FrontTls {
         *noted = Some(now);
         true
     }
+}
+
+/// `config` offering `alpn`: itself when it does already, else a copy (the certificate and the client checks are
+/// shared; only the protocol list differs between the two ports).
+fn with_alpn(config: &Arc<rustls::ServerConfig>, alpn: &[&[u8]]) -> Arc<rustls::ServerConfig> {
+    if config
+        .alpn_protocols
+        .iter()
+        .map(Vec::as_slice)
+        .eq(alpn.iter().copied())
+    {
+        return config.clone();
+    }
+    let mut copy = (**config).clone();
+    copy.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(copy)
 }
 
 /// One TCP client connection on the TLS port: the handshake (bounded, holding the connection's place), then
@@ -81,7 +114,7 @@ pub(super) async fn serve_tls(
     };
     let failure = match done {
         Ok(Ok(stream)) => return serve(stream, peer, route, shared, slot).await,
-        Ok(Err(e)) => handshake_failure(&e),
+        Ok(Err(e)) => handshake_failure(&e, route.kind),
         Err(_) => format!(
             "no complete handshake within --tls-handshake-timeout ({:?})",
             tls.handshake_timeout
@@ -106,7 +139,7 @@ pub(super) async fn serve_tls(
 }
 
 /// Why a handshake failed, in the words an operator needs.
-pub(super) fn handshake_failure(error: &io::Error) -> String {
+pub(super) fn handshake_failure(error: &io::Error, route: &str) -> String {
     let Some(tls) = error
         .get_ref()
         .and_then(|e| e.downcast_ref::<rustls::Error>())
@@ -119,8 +152,11 @@ pub(super) fn handshake_failure(error: &io::Error) -> String {
         };
     };
     match tls {
+        rustls::Error::NoApplicationProtocol if route == HTTP_ROUTE => {
+            "the client offers neither h2 nor http/1.1 in ALPN: this port speaks the PDP's HTTP API".into()
+        }
         rustls::Error::NoApplicationProtocol => {
-            "the client offers no h2 in ALPN (an HTTP/1.1-only client?): this port speaks gRPC over HTTP/2 only".into()
+            "the client offers no h2 in ALPN (an HTTP/1.1-only client? use the HTTP port): this port speaks gRPC over HTTP/2 only".into()
         }
         rustls::Error::NoCertificatesPresented => {
             "the client presented no certificate, and --tls-client-ca requires one".into()
@@ -143,7 +179,7 @@ pub(super) fn handshake_failure(error: &io::Error) -> String {
 pub(super) async fn reload_tls(
     files: TlsFiles,
     mut reloader: Reloader,
-    tls: Arc<FrontTls>,
+    sides: Vec<Arc<FrontTls>>,
     shared: Arc<Shared>,
     every: Duration,
 ) {
@@ -155,7 +191,9 @@ pub(super) async fn reload_tls(
         match reloader.offer(files.read()) {
             Reload::Unchanged => {}
             Reload::Loaded(loaded) => {
-                tls.set(loaded.config);
+                for side in &sides {
+                    side.set(&loaded.config);
+                }
                 shared.count(|s| s.tls_reloaded += 1);
                 info!(
                     cert = %files.cert.display(),

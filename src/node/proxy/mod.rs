@@ -26,7 +26,7 @@ pub use stats::{InstanceCounts, Stats};
 use std::net::SocketAddr;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -48,24 +48,29 @@ enum Phase {
     Stopped,
 }
 
+/// The `kind` of the HTTP port's route.
+const HTTP_ROUTE: &str = "http";
+
 /// Where the connections of one front endpoint go.
 struct Route {
-    /// `tcp` or `socket`, in logs.
+    /// `tcp` (the gRPC port), `http` (the HTTP port) or `socket`, in logs.
     kind: &'static str,
     dir: PathBuf,
     suffix: String,
     /// The newest instance known to accept connections (by [`track_newest`]); `None` before the first look,
     /// or when none accepts.
     newest: watch::Sender<Option<String>>,
-    /// TLS terminated before forwarding (the TCP route, when configured).
+    /// TLS terminated before forwarding (the TCP routes, when configured).
     tls: Option<Arc<FrontTls>>,
-    /// The places of its connections.
+    /// The places of its connections (both TCP ports share one bound: they share the memory budget and the
+    /// per-peer bound).
     slots: Arc<Slots>,
 }
 
 /// A running front; [`Running::shutdown`] drains it.
 pub struct Running {
     tcp: Vec<SocketAddr>,
+    http: Vec<SocketAddr>,
     socket: Option<PathBuf>,
     owned: Option<OwnedSocket>,
     shared: Arc<Shared>,
@@ -91,6 +96,11 @@ impl Running {
         &self.tcp
     }
 
+    /// The bound addresses of the HTTP port (none when it is not served).
+    pub fn http_addrs(&self) -> &[SocketAddr] {
+        &self.http
+    }
+
     /// The stable socket, when served.
     pub fn socket(&self) -> Option<&Path> {
         self.socket.as_deref()
@@ -103,13 +113,23 @@ impl Running {
 
     /// Connections open now, all endpoints.
     pub fn open(&self) -> usize {
-        self.routes.iter().map(|r| r.slots.open()).sum()
+        self.slots().map(|s| s.open()).sum()
     }
 
     async fn emptied(&self) {
-        for route in &self.routes {
-            route.slots.emptied().await;
+        for slots in self.slots() {
+            slots.emptied().await;
         }
+    }
+
+    /// Each bound once (the two TCP ports share theirs).
+    fn slots(&self) -> impl Iterator<Item = &Arc<Slots>> {
+        self.routes.iter().enumerate().filter_map(|(i, r)| {
+            let first = !self.routes[..i]
+                .iter()
+                .any(|o| Arc::ptr_eq(&o.slots, &r.slots));
+            first.then_some(&r.slots)
+        })
     }
 
     /// The counters so far.
@@ -189,10 +209,14 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
             tcp_listeners.push(bind_tcp(addr, flags.listen.is_none()).await?);
         }
     }
-    let tcp: Vec<SocketAddr> = tcp_listeners
-        .iter()
-        .filter_map(|l| l.local_addr().ok())
-        .collect();
+    let mut http_listeners = Vec::new();
+    for addr in flags.http_addrs() {
+        http_listeners.push(bind_tcp(addr, flags.http_listen.is_none()).await?);
+    }
+    let bound = |ls: &[tokio::net::TcpListener]| -> Vec<SocketAddr> {
+        ls.iter().filter_map(|l| l.local_addr().ok()).collect()
+    };
+    let (tcp, http) = (bound(&tcp_listeners), bound(&http_listeners));
     let (unix_listener, owned) = if flags.no_socket {
         (None, None)
     } else {
@@ -220,34 +244,41 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
     });
     let mut accept_tasks = Vec::new();
     let mut tls_task = None;
-    let front_tls = tls_start.map(|(files, reloader, loaded)| {
-        info!(
-            cert = %files.cert.display(),
-            client_ca = ?files.client_ca,
-            not_after = loaded.not_after,
-            "TLS on the TCP address (ALPN h2)"
-        );
-        let front_tls = Arc::new(FrontTls {
-            config: RwLock::new(loaded.config),
-            handshake_timeout: flags.tls_handshake_timeout,
-            noted: Mutex::new(None),
-        });
-        tls_task = Some(tokio::spawn(reload_tls(
-            files,
-            reloader,
-            front_tls.clone(),
-            shared.clone(),
-            flags.tls_reload_interval,
-        )));
-        front_tls
-    });
+    let (grpc_tls, http_tls) = match tls_start {
+        Some((files, reloader, loaded)) => {
+            info!(
+                cert = %files.cert.display(),
+                client_ca = ?files.client_ca,
+                not_after = loaded.not_after,
+                "TLS on the TCP addresses (ALPN h2 on the gRPC port, h2 and http/1.1 on the HTTP port)"
+            );
+            let side = |alpn| {
+                Arc::new(FrontTls::new(
+                    &loaded.config,
+                    alpn,
+                    flags.tls_handshake_timeout,
+                ))
+            };
+            let (grpc, http) = (side(tls::ALPN_H2), side(tls::ALPN_HTTP));
+            tls_task = Some(tokio::spawn(reload_tls(
+                files,
+                reloader,
+                vec![grpc.clone(), http.clone()],
+                shared.clone(),
+                flags.tls_reload_interval,
+            )));
+            (Some(grpc), Some(http))
+        }
+        None => (None, None),
+    };
+    let tcp_slots = Slots::new(bounds.tcp, Some(bounds.per_peer));
     let tcp_route = Arc::new(Route {
         kind: "tcp",
         dir: flags.instances.clone(),
         suffix: flags.tcp_backend.clone(),
         newest: watch::Sender::new(None),
-        tls: front_tls,
-        slots: Slots::new(bounds.tcp, Some(bounds.per_peer)),
+        tls: grpc_tls,
+        slots: tcp_slots.clone(),
     });
     let mut routes = vec![tcp_route.clone()];
     for listener in tcp_listeners {
@@ -256,6 +287,24 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
             tcp_route.clone(),
             shared.clone(),
         )));
+    }
+    if !http_listeners.is_empty() {
+        let route = Arc::new(Route {
+            kind: HTTP_ROUTE,
+            dir: flags.instances.clone(),
+            suffix: flags.socket_backend.clone(),
+            newest: watch::Sender::new(None),
+            tls: http_tls,
+            slots: tcp_slots,
+        });
+        routes.push(route.clone());
+        for listener in http_listeners {
+            accept_tasks.push(tokio::spawn(accept_loop(
+                Listener::Tcp(listener),
+                route.clone(),
+                shared.clone(),
+            )));
+        }
     }
     if let Some(listener) = unix_listener {
         let route = Arc::new(Route {
@@ -292,6 +341,7 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
     let socket = owned.as_ref().map(|o| o.path.clone());
     info!(
         tcp = ?tcp,
+        http = ?http,
         tls = tcp_route.tls.is_some(),
         socket = ?socket,
         instances = %flags.instances.display(),
@@ -306,6 +356,7 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
     );
     Ok(Running {
         tcp,
+        http,
         socket,
         owned,
         shared,
