@@ -240,6 +240,14 @@ def wiring(outdir, binary):
     port = addr.rsplit(":", 1)[-1] if ":" in addr else ""
     if not port.isdigit() or int(port) not in host_ports:
         errors.append(f"CERBOS_PDP_ADDR={addr!r} does not point at a hostPort of pdp-node-front {sorted(host_ports)}")
+    # The HTTP address: the front's HTTP port (--http-port), published as a hostPort of its own.
+    http_addr = (env.get("CERBOS_PDP_HTTP_ADDR") or {}).get("value", "")
+    http_port = http_addr.rsplit(":", 1)[-1] if ":" in http_addr else ""
+    if not http_port.isdigit() or int(http_port) not in host_ports or args.get("http-port") != http_port:
+        errors.append(f"CERBOS_PDP_HTTP_ADDR={http_addr!r} is not the front's --http-port={args.get('http-port')!r} "
+                      f"published as a hostPort {sorted(host_ports)}")
+    elif http_port == port:
+        errors.append(f"CERBOS_PDP_HTTP_ADDR and CERBOS_PDP_ADDR are the same port {port}")
     sock = (env.get("CERBOS_PDP_SOCKET") or {}).get("value", "")
     if os.path.dirname(sock) not in host_paths(front):
         errors.append(f"CERBOS_PDP_SOCKET={sock!r} is not in a hostPath of pdp-node-front {sorted(host_paths(front))}")
@@ -268,9 +276,9 @@ def wiring(outdir, binary):
     for e in errors:
         print(f"  error: {e}", file=sys.stderr)
     if not errors:
-        print(f"injected Pod: CERBOS_PDP_ADDR={addr}, CERBOS_PDP_SOCKET={sock}; the front forwards them to "
-              f"{instances}/<pod>{args.get('tcp-backend')} and <pod>{args.get('socket-backend')}, where cerbos-pdp "
-              "listens")
+        print(f"injected Pod: CERBOS_PDP_ADDR={addr}, CERBOS_PDP_HTTP_ADDR={http_addr}, CERBOS_PDP_SOCKET={sock}; "
+              f"the front forwards them to {instances}/<pod>{args.get('tcp-backend')} and (both HTTP ones) "
+              f"<pod>{args.get('socket-backend')}, where cerbos-pdp listens")
     return 1 if errors else 0
 
 

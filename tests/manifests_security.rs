@@ -785,9 +785,9 @@ fn network_policy_component_admits_only_what_must_reach_the_webhook_and_the_pdp(
     selects(front_policy, front);
     assert_eq!(
         ports(&front_policy["spec"]["ingress"]),
-        BTreeSet::from([tcp(3593)])
+        BTreeSet::from([tcp(3593), tcp(3592)])
     );
-    assert_eq!(host_ports(front), vec![3593]);
+    assert_eq!(host_ports(front), vec![3593, 3592]);
 
     let pdp_policy = find(&docs, "NetworkPolicy", "cerbos-pdp").unwrap();
     let pdp = find(&docs, "DaemonSet", "cerbos-pdp").unwrap();

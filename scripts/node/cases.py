@@ -316,7 +316,7 @@ def _(shared):
     figure(f"  env as the app sees it: {lines(first, 'env ')[0][4:]}")
     rc, out = exec_check(ns, pod["metadata"]["name"])
     check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
-    check_client_output(out, ["tcp", "socket", "sgrpc"])
+    check_client_output(out, ["tcp", "http", "socket", "sgrpc"])
 
 
 @case("central-namespace-allow-and-deny-through-the-shipped-service")
@@ -340,7 +340,7 @@ def _(shared):
     check("RESULT ok" in first, f"the app's first checks at start failed: {one_line(first, 800)}")
     rc, out = exec_check(ns, pod["metadata"]["name"])
     check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
-    check_client_output(out, ["tcp"], ["socket", "sgrpc"])
+    check_client_output(out, ["tcp", "http"], ["socket", "sgrpc"])
     figure(f"  through Service cerbos-pdp ({CENTRAL_IP}:3593, 2 ready replicas)")
 
 
@@ -375,7 +375,7 @@ def _(shared):
     figure(f"  Deployment ready in {time.monotonic() - t:.1f}s, socket volume {CSI_DRIVER} (read-only)")
     rc, out = exec_check(ns, pod["metadata"]["name"])
     check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
-    check_client_output(out, ["tcp", "socket", "sgrpc"])
+    check_client_output(out, ["tcp", "http", "socket", "sgrpc"])
 
 
 @case("baseline-namespace-socket-by-csi-tcp-and-socket-answer")
@@ -383,7 +383,7 @@ def _(shared):
     ns, pod = csi_app("baseline", "baseline")
     rc, out = exec_check(ns, pod["metadata"]["name"])
     check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
-    check_client_output(out, ["tcp", "socket"])
+    check_client_output(out, ["tcp", "http", "socket"])
     figure("  no downgraded_pss: the socket came as the CSI volume")
     delete_app(ns)
 
@@ -449,7 +449,7 @@ def _(shared):
         figure(f"  front: {one_line(line, 300)}")
         rc, out = exec_check(ns, pod["metadata"]["name"])
         check(rc == 0, f"checks failed with a planted socket (exit {rc}): {one_line(out, 800)}")
-        check_client_output(out, ["tcp", "socket", "sgrpc"])
+        check_client_output(out, ["tcp", "http", "socket", "sgrpc"])
         got = sum(len(g) for _, g in sockets)
         check(got == 0, f"the planted sockets got {got} connections")
         figure("  planted sockets (uid 12345, newest): 0 connections; every check answered by the PDP")
@@ -518,7 +518,7 @@ def _(shared):
     pod = pod_of(ns, "app")
     first = logs(ns, pod["metadata"]["name"])
     check("RESULT ok" in first, f"the app's first checks at start failed: {one_line(first, 800)}")
-    check_client_output(first, ["tcp", "socket"])
+    check_client_output(first, ["tcp", "http", "socket"])
     # The plugin says it held this Pod's volume until the PDP answered (its gate), and for how long.
     plugin = json.loads(kubectl("-n", "pdp-node", "get", "pods", "-l", "app.kubernetes.io/name=pdp-csi-node",
                                 "-o", "json").stdout)["items"][0]["metadata"]["name"]
@@ -680,12 +680,12 @@ def _(shared):
     def recovered():
         s, _ = summaries(ns, pod)
         return s if all(s[p]["current_gap_ms"] == "0" and int(s[p]["ok"]) >= int(before[p]["ok"]) + 20
-                        for p in ("tcp", "socket")) else None
-    after = wait_for("checks succeeding again over tcp and socket", recovered, 60, interval=1)
+                        for p in WATCHED) else None
+    after = wait_for("checks succeeding again over tcp, http and socket", recovered, 60, interval=1)
     time.sleep(1)
     _, out = summaries(ns, pod)
     result = {}
-    for p in ("tcp", "socket"):
+    for p in WATCHED:
         failed, checks = counted(before, after, p)
         result[p] = (failed, int(after[p]["longest_gap_ms"]))
         figure(f"  {p}: {failed} failed of {checks} checks (every 100 ms), longest gap {after[p]['longest_gap_ms']} ms")
@@ -694,8 +694,12 @@ def _(shared):
     # A figure, not a bound: the case holds when both paths answered again after the restart.
 
 
+# The paths the watch client checks: gRPC on the node's port 3593, HTTP on its port 3592, HTTP on its socket.
+WATCHED = ("tcp", "http", "socket")
+
+
 def watch_client(shared):
-    """The continuous client of the ds namespace (created once), checking every 100 ms over TCP and the socket;
+    """The continuous client of the ds namespace (created once), checking every 100 ms over the node's gRPC and HTTP ports and the socket;
     returns (namespace, pod, its summaries once both paths have answered 10 times in a row)."""
     ns = shared.ds_ns or namespace("ds", DS_LABELS)
     shared.ds_ns = ns
@@ -706,9 +710,9 @@ def watch_client(shared):
 
     def healthy():
         s, _ = summaries(ns, pod)
-        return s if {"tcp", "socket"} <= set(s) and all(int(s[p]["ok"]) >= 10 and s[p]["current_gap_ms"] == "0"
-                                                           for p in ("tcp", "socket")) else None
-    return ns, pod, wait_for("continuous checks succeeding over tcp and socket", healthy, 60, interval=1)
+        return s if set(WATCHED) <= set(s) and all(int(s[p]["ok"]) >= 10 and s[p]["current_gap_ms"] == "0"
+                                                           for p in WATCHED) else None
+    return ns, pod, wait_for("continuous checks succeeding over tcp, http and socket", healthy, 60, interval=1)
 
 
 def instance_sockets():
@@ -754,7 +758,7 @@ def swap_failures(ns, pod, before, what, since, restarts):
     check(now_restarts == restarts, f"{what}: the watch client restarted ({restarts} -> {now_restarts} restarts): "
           f"its counts since the start of the swap are lost")
     bad = []
-    for p in ("tcp", "socket"):
+    for p in WATCHED:
         failed, checks = counted(before, after, p)
         expected = int(elapsed / 0.1)
         figure(f"  {what}: {p}: {failed} failed of {checks} checks in {elapsed:.1f}s (every 100 ms: "
@@ -772,7 +776,7 @@ def _(shared):
     # The surge update that maxSurge: 1 gives on 1.22+, done by hand on 1.20 (which has no DaemonSet surge): a
     # second PDP DaemonSet with a new image and a new config starts next to the installed one, then the
     # installed one is deleted; afterwards the installed one is re-applied and the second one deleted (a second
-    # new-first swap). Held to zero failed checks over TCP (the front's hostPort) and the socket (the front's
+    # new-first swap). Held to zero failed checks over TCP (the front's hostPorts, gRPC and HTTP) and the socket (the front's
     # stable socket); the stable socket must survive, and each instance's sockets must go only with it.
     ns, pod, before = watch_client(shared)
     since, restarts = time.monotonic(), client_restarts(ns, pod)
@@ -951,7 +955,7 @@ def _(shared):
               and env.get("CERBOS_PDP_TLS_CERT"), f"TLS variables as stored: {env}")
         rc, out = exec_check(ns, pod["metadata"]["name"])
         check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
-        check_client_output(out, ["tcp", "socket"])
+        check_client_output(out, ["tcp", "http", "socket"])
         check("tls://" in out, f"the TCP check did not use TLS: {one_line(out, 400)}")
 
         addr = (pod["status"]["hostIP"], 3593)

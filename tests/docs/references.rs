@@ -62,6 +62,7 @@ fn names_ports_and_paths_in_the_docs_are_the_rendered_ones() {
             [&p.env_names.host, &p.env_names.address, &p.env_names.socket]
                 .into_iter()
                 .chain(p.env_names.port.as_ref())
+                .chain(p.env_names.http_address.as_ref())
                 .cloned(),
         );
         // The TLS variables, rendered once a profile sets `tls`.

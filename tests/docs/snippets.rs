@@ -40,8 +40,8 @@ struct Snippet {
 const SNIPPETS: [Snippet; 5] = [
     Snippet {
         file: "docs/snippets/http-tcp.sh",
-        what: "HTTP/JSON API over TCP, `$CERBOS_PDP_HOST:3592`",
-        works: [true, false, false, false],
+        what: "HTTP/JSON API over TCP, `$CERBOS_PDP_HTTP_ADDR`",
+        works: [true, true, true, false],
         expect: "\"view\":\"EFFECT_ALLOW\"",
     },
     Snippet {
@@ -131,12 +131,14 @@ fn app_environment(out_yaml: &str, socket: &Path, tls_dir: &Path) -> Vec<(String
 /// Where the profile's `tls` mounts the Secret by default.
 const TLS_MOUNT: &str = "/var/run/pdp-injector/tls";
 
-/// The front (`pdp-injector node-proxy`) as the pdp-node-front DaemonSet runs it, on 127.0.0.1:3593 and `socket`,
+/// The front (`pdp-injector node-proxy`) as the pdp-node-front DaemonSet runs it, on 127.0.0.1:3593 (gRPC),
+/// 127.0.0.1:3592 (HTTP) and `socket`,
 /// forwarding to the instance sockets in `instances`; `extra` adds flags (TLS).
 fn start_front(dir: &Path, socket: &Path, instances: &Path, extra: &[String]) -> Running {
     let child = Command::new(env!("CARGO_BIN_EXE_pdp-injector"))
         .arg("node-proxy")
         .arg("--listen=127.0.0.1:3593")
+        .arg("--http-listen=127.0.0.1:3592")
         .arg(format!("--socket={}", socket.display()))
         .arg(format!("--instances={}", instances.display()))
         .args(extra)
@@ -277,7 +279,9 @@ fn app_snippets_work_where_the_docs_say_against_cerbos() {
         {
             let _front = start_front(tmp.path(), &socket, &instances, &[]);
             wait_for("the front", Duration::from_secs(30), || {
-                socket.exists() && TcpStream::connect(("127.0.0.1", 3593)).is_ok()
+                socket.exists()
+                    && TcpStream::connect(("127.0.0.1", 3593)).is_ok()
+                    && TcpStream::connect(("127.0.0.1", 3592)).is_ok()
             });
             for mode in [1, 2] {
                 failures.extend(run(
@@ -288,6 +292,7 @@ fn app_snippets_work_where_the_docs_say_against_cerbos() {
         }
         wait_for("the plaintext front gone", Duration::from_secs(30), || {
             TcpStream::connect(("127.0.0.1", 3593)).is_err()
+                && TcpStream::connect(("127.0.0.1", 3592)).is_err()
         });
         // TLS on the port with client certificates required, as components/pdp-front-tls and
         // pdp-front-client-auth configure the front.

@@ -100,6 +100,7 @@ pub fn env_tables() -> String {
         let mut with_central = profile.clone();
         with_central.central = Some(pdp_injector::config::CentralSpec {
             address: address.clone(),
+            http_address: None,
         });
         let columns = [
             app_env(profile, Wiring::of(profile, Mode::Sidecar, false)),

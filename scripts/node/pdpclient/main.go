@@ -8,6 +8,8 @@
 //	              ALPN h2 when CERBOS_PDP_TLS=true: the server verified against the CA file and the server name,
 //	              the client certificate given when the variables name one; files read at each dial, so
 //	              rotated certificates are used without a restart)
+//	http    HTTP  POST /api/check/resources to $CERBOS_PDP_HTTP_ADDR (HTTP/1.1, or TLS with ALPN http/1.1 when
+//	              CERBOS_PDP_TLS=true, verified as for tcp)
 //	socket  HTTP  POST /api/check/resources on $CERBOS_PDP_SOCKET (the JSON API, as curl --unix-socket does)
 //	sgrpc   gRPC  the same gRPC call over $CERBOS_PDP_SOCKET (Cerbos serves gRPC on its HTTP listener too)
 //
@@ -17,7 +19,7 @@
 //	                                one round over every wired path, first attempt only (unless --wait: retry for
 //	                                up to D); exit 1 if a wired path failed or answered wrong; --sleep: then sleep
 //	                                forever (a Deployment)
-//	pdpclient watch [--interval D]  check every D (default 100ms) over tcp and socket, forever; prints every
+//	pdpclient watch [--interval D]  check every D (default 100ms) over tcp, http and socket, forever; prints every
 //	                                failure and, every second, `summary PATH ok=N fail=N longest_gap_ms=N ...`
 //
 // Only the Go standard library and golang.org/x/net/http2 (Debian's golang-golang-x-net-dev); the protobuf
@@ -193,7 +195,7 @@ func h2c(dial func(ctx context.Context) (net.Conn, error)) *http.Client {
 }
 
 // tlsDialer dials addr and runs a TLS handshake as a gRPC SDK would with the injected variables.
-func tlsDialer(addr, caFile, serverName, certFile, keyFile string) func(ctx context.Context) (net.Conn, error) {
+func tlsDialer(addr, caFile, serverName, certFile, keyFile, proto string) func(ctx context.Context) (net.Conn, error) {
 	return func(ctx context.Context) (net.Conn, error) {
 		ca, err := os.ReadFile(caFile)
 		if err != nil {
@@ -203,7 +205,7 @@ func tlsDialer(addr, caFile, serverName, certFile, keyFile string) func(ctx cont
 		if !roots.AppendCertsFromPEM(ca) {
 			return nil, fmt.Errorf("no certificate in %s", caFile)
 		}
-		conf := &tls.Config{RootCAs: roots, ServerName: serverName, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12}
+		conf := &tls.Config{RootCAs: roots, ServerName: serverName, NextProtos: []string{proto}, MinVersion: tls.VersionTLS12}
 		if certFile != "" && keyFile != "" {
 			cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 			if err != nil {
@@ -216,9 +218,9 @@ func tlsDialer(addr, caFile, serverName, certFile, keyFile string) func(ctx cont
 		if err != nil {
 			return nil, fmt.Errorf("tls: %w", err)
 		}
-		if p := c.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != "h2" {
+		if p := c.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != proto {
 			c.Close()
-			return nil, fmt.Errorf("tls: ALPN %q, want h2", p)
+			return nil, fmt.Errorf("tls: ALPN %q, want %s", p, proto)
 		}
 		return c, nil
 	}
@@ -310,11 +312,25 @@ func wiredPaths(grpcOnSocket bool) []path {
 		dial, target := tcpDialer(addr), addr
 		if os.Getenv("CERBOS_PDP_TLS") == "true" {
 			dial = tlsDialer(addr, os.Getenv("CERBOS_PDP_TLS_CA"), os.Getenv("CERBOS_PDP_TLS_SERVER_NAME"),
-				os.Getenv("CERBOS_PDP_TLS_CERT"), os.Getenv("CERBOS_PDP_TLS_KEY"))
+				os.Getenv("CERBOS_PDP_TLS_CERT"), os.Getenv("CERBOS_PDP_TLS_KEY"), "h2")
 			target = "tls://" + addr
 		}
 		c := h2c(dial)
 		ps = append(ps, path{"tcp", target, func(id string) (map[string]string, error) { return grpcCheck(c, id) }})
+	}
+	if addr := os.Getenv("CERBOS_PDP_HTTP_ADDR"); addr != "" {
+		dial, target := tcpDialer(addr), addr
+		if os.Getenv("CERBOS_PDP_TLS") == "true" {
+			dial = tlsDialer(addr, os.Getenv("CERBOS_PDP_TLS_CA"), os.Getenv("CERBOS_PDP_TLS_SERVER_NAME"),
+				os.Getenv("CERBOS_PDP_TLS_CERT"), os.Getenv("CERBOS_PDP_TLS_KEY"), "http/1.1")
+			target = "tls://" + addr
+		}
+		// The dialer does the TLS itself (files read at each dial), so the transport sees a plain connection.
+		hc := &http.Client{Timeout: timeout, Transport: &http.Transport{
+			DialContext:     func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+			IdleConnTimeout: 30 * time.Second,
+		}}
+		ps = append(ps, path{"http", target, func(id string) (map[string]string, error) { return httpCheck(hc, id) }})
 	}
 	if sock := os.Getenv("CERBOS_PDP_SOCKET"); sock != "" {
 		d := unixDialer(sock)
@@ -346,8 +362,8 @@ func cmdCheck(args []string) int {
 	wait := fs.Duration("wait", 0, "retry each path (every 200 ms) until it answers right or this much time passed")
 	_ = fs.Parse(args)
 	host, _ := os.LookupEnv("CERBOS_PDP_HOST")
-	fmt.Printf("env CERBOS_PDP_HOST=%q CERBOS_PDP_ADDR=%q CERBOS_PDP_SOCKET=%q uid=%d\n",
-		host, os.Getenv("CERBOS_PDP_ADDR"), os.Getenv("CERBOS_PDP_SOCKET"), os.Getuid())
+	fmt.Printf("env CERBOS_PDP_HOST=%q CERBOS_PDP_ADDR=%q CERBOS_PDP_HTTP_ADDR=%q CERBOS_PDP_SOCKET=%q uid=%d\n",
+		host, os.Getenv("CERBOS_PDP_ADDR"), os.Getenv("CERBOS_PDP_HTTP_ADDR"), os.Getenv("CERBOS_PDP_SOCKET"), os.Getuid())
 	ps := wiredPaths(true)
 	rc := 0
 	if len(ps) == 0 {

@@ -66,6 +66,7 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
             },
         ],
         address_port: 3593,
+        http_port: Some(3592),
         health: HealthCheck {
             path: "/_cerbos/health".into(),
             port: 3592,
@@ -77,6 +78,7 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
             address: "CERBOS_PDP_ADDR".into(),
             socket: "CERBOS_PDP_SOCKET".into(),
             port: None,
+            http_address: Some("CERBOS_PDP_HTTP_ADDR".into()),
             tls: None,
             tls_ca: None,
             tls_server_name: None,
@@ -133,6 +135,8 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
             },
         ],
         address_port: 8013,
+        // flagd's evaluation port speaks gRPC and HTTP (Connect) alike: no separate HTTP address.
+        http_port: None,
         health: HealthCheck {
             path: "/healthz".into(),
             port: 8014,
@@ -144,6 +148,7 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
             address: "FLAGD_ADDR".into(),
             socket: "FLAGD_SOCKET_PATH".into(),
             port: Some("FLAGD_PORT".into()),
+            http_address: None,
             tls: None,
             tls_ca: None,
             tls_server_name: None,

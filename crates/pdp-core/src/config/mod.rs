@@ -155,6 +155,11 @@ pub struct EnvNames {
     /// Port of the PDP on its own, for SDKs that read host and port separately (flagd's `FLAGD_PORT`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<String>,
+    /// With `httpPort`: `host:port` of the PDP's HTTP API (Cerbos's `CERBOS_PDP_HTTP_ADDR`, port 3592), for
+    /// HTTP clients where the socket is not mounted. Serialized only when set, so configs without it keep
+    /// their hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_address: Option<String>,
     /// With `tls`: the flag that turns TLS on (`CERBOS_PDP_TLS=true`). Unset: the profile's built-in name. The
     /// TLS names are serialized only when set, so configs without them keep their hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -365,9 +370,24 @@ pub struct CentralSpec {
     /// `host:port` of the Service, for example `cerbos.cerbos.svc.cluster.local:3593`; an IPv6 host is written
     /// in brackets (`[fd00::1]:3593`).
     pub address: String,
+    /// `host:port` of the Service's HTTP port, for the profile's HTTP address variable. Unset: the host of
+    /// `address` with the profile's `httpPort` (the shipped Service serves both). Serialized only when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_address: Option<String>,
 }
 
 impl CentralSpec {
+    /// The HTTP address of the Service: `httpAddress`, or the host of `address` with `http_port`.
+    pub fn http_address(&self, http_port: u16) -> String {
+        match &self.http_address {
+            Some(a) => a.clone(),
+            None => {
+                let host = self.address.rsplit_once(':').map_or("", |(h, _)| h);
+                format!("{host}:{http_port}")
+            }
+        }
+    }
+
     /// The host (without brackets) and the port of `address`, or why it is not a usable `host:port`.
     pub fn host_port(&self) -> Result<(&str, u16), String> {
         let a = self.address.as_str();

@@ -77,6 +77,10 @@ profile_and_overlay! {
         pub ports: Vec<NamedPort>,
         /// The port the address variable points at.
         pub address_port: u16,
+        /// The port of the PDP's HTTP API, which `envNames.httpAddress` points at (Cerbos 3592; the node's front
+        /// serves it too). Unset: no HTTP address variable. Serialized only when set, so hashes stay put.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub http_port: Option<u16>,
         /// Health endpoint for the sidecar's probes.
         pub health: HealthCheck,
         /// Resources of the sidecar.
@@ -191,6 +195,7 @@ fn new_profile(name: &str, o: &ProfileFile) -> Result<Profile, ConfigError> {
         env: Vec::new(),
         ports,
         address_port,
+        http_port: None,
         health: required(name, &o.health, "health")?,
         resources: default_resources(),
         security_context: overlay_security_context(SecurityContext::default()),

@@ -424,7 +424,10 @@ fn pss_levels_parse_strictly() {
 
 #[test]
 fn central_addresses_parse_or_name_what_is_wrong() {
-    let spec = |a: &str| CentralSpec { address: a.into() };
+    let spec = |a: &str| CentralSpec {
+        address: a.into(),
+        http_address: None,
+    };
     assert_eq!(
         spec("cerbos.cerbos.svc.cluster.local:3593").host_port(),
         Ok(("cerbos.cerbos.svc.cluster.local", 3593))
@@ -523,7 +526,7 @@ fn host_socket_defaults_on_and_leaves_the_hash_alone() {
     assert!(Config::builtin().profiles["flagd"].host_socket);
     assert!(!c.profiles["mine"].host_socket);
     // Unset appEnv and hostSocket are left out of the hashed config: the built-in hash is what the docs show.
-    assert_eq!(Config::builtin().hash, "8316f906c439");
+    assert_eq!(Config::builtin().hash, "1872fc41895c");
 }
 
 fn with_tls(profile: &str, tls: &str) -> Result<Config, ConfigError> {
@@ -586,20 +589,20 @@ fn tls_defaults_its_mount_path_and_names_per_builtin() {
 #[test]
 fn tls_and_node_address_family_leave_other_configs_hash_alone() {
     // The built-in TLS names are code, not config: the built-in hash is unchanged (the docs show it).
-    assert_eq!(Config::builtin().hash, "8316f906c439");
+    assert_eq!(Config::builtin().hash, "1872fc41895c");
     assert_eq!(
         Config::from_yaml("nodeAddressFamily: IPv4\n").unwrap().hash,
-        "8316f906c439"
+        "1872fc41895c"
     );
     let v6 = Config::from_yaml("nodeAddressFamily: IPv6\n").unwrap();
     assert_eq!(v6.node_address_family, NodeAddressFamily::IPv6);
-    assert_ne!(v6.hash, "8316f906c439");
+    assert_ne!(v6.hash, "1872fc41895c");
     let tls = with_tls(
         "cerbos",
         "      secretName: s\n      serverName: pdp.example\n",
     )
     .unwrap();
-    assert_ne!(tls.hash, "8316f906c439");
+    assert_ne!(tls.hash, "1872fc41895c");
     let e = Config::from_yaml("nodeAddressFamily: ipv6\n")
         .unwrap_err()
         .to_string();
@@ -715,7 +718,10 @@ fn tls_is_validated_with_clear_messages() {
 
 #[test]
 fn central_ipv6_addresses_need_brackets() {
-    let spec = |a: &str| CentralSpec { address: a.into() };
+    let spec = |a: &str| CentralSpec {
+        address: a.into(),
+        http_address: None,
+    };
     for bad in ["fd00::a:3593", "fd00:10:96::a:3593"] {
         let e = spec(bad).host_port().unwrap_err();
         assert!(

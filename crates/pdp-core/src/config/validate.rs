@@ -72,6 +72,18 @@ pub(super) fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigErro
             p.health.path
         ));
     }
+    match (p.http_port, &p.env_names.http_address) {
+        (Some(port), _) if !p.ports.iter().any(|q| q.port == port) => {
+            return bad(format!("httpPort {port} is not one of its ports"));
+        }
+        // An `envNames` of the file without `httpAddress` (written before it existed) gives no HTTP variable.
+        (None, Some(var)) => {
+            return bad(format!(
+                "envNames.httpAddress {var:?} needs httpPort (the PDP's HTTP port)"
+            ));
+        }
+        _ => {}
+    }
     if let Some(c) = &p.central {
         c.host_port()
             .map_err(|e| ConfigError::Invalid(format!("profile {name:?}: central.address {e}")))?;
@@ -85,6 +97,7 @@ pub(super) fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigErro
         ("socket", n.socket.clone()),
     ];
     names.extend(n.port.clone().map(|v| ("port", v)));
+    names.extend(n.http_address.clone().map(|v| ("httpAddress", v)));
     for own in [
         &n.tls,
         &n.tls_ca,

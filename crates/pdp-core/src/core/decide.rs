@@ -237,6 +237,8 @@ pub fn missing_wiring(pod: &PodView<'_>, status: &Status, config: &Config) -> Op
             mode: status.mode,
             socket: false,
             tls: false,
+            // Pods wired before the HTTP address existed are wired all the same.
+            http: false,
             family: config.node_address_family,
         },
     );

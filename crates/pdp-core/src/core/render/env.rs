@@ -38,6 +38,11 @@ pub fn app_env(profile: &Profile, wiring: Wiring) -> Vec<EnvVar> {
         }
         // The address as the admin wrote it (brackets kept for IPv6), so that it is a valid host:port.
         env.push(value(&names.address, central.address.clone()));
+        if let (Some(var), Some(http_port), true) =
+            (&names.http_address, profile.http_port, wiring.http)
+        {
+            env.push(value(var, central.http_address(http_port)));
+        }
     } else {
         let port = profile.address_port;
         env.push(match mode {
@@ -61,13 +66,17 @@ pub fn app_env(profile: &Profile, wiring: Wiring) -> Vec<EnvVar> {
         // here. A node name (`spec.nodeName`) is a DNS name and never takes them.
         let bracketed =
             wiring.family == NodeAddressFamily::IPv6 && profile.host_field == HostField::HostIp;
-        env.push(match mode {
-            Mode::Sidecar | Mode::Central => value(&names.address, format!("127.0.0.1:{port}")),
-            Mode::Daemonset if bracketed => {
-                value(&names.address, format!("[$({})]:{port}", names.host))
-            }
-            Mode::Daemonset => value(&names.address, format!("$({}):{port}", names.host)),
-        });
+        let address = |var: &str, port: u16| match mode {
+            Mode::Sidecar | Mode::Central => value(var, format!("127.0.0.1:{port}")),
+            Mode::Daemonset if bracketed => value(var, format!("[$({})]:{port}", names.host)),
+            Mode::Daemonset => value(var, format!("$({}):{port}", names.host)),
+        };
+        env.push(address(&names.address, port));
+        if let (Some(var), Some(http_port), true) =
+            (&names.http_address, profile.http_port, wiring.http)
+        {
+            env.push(address(var, http_port));
+        }
         if with_socket {
             env.push(value(&names.socket, profile.socket.path()));
         }
@@ -136,7 +145,7 @@ pub(super) fn ensure_env<'o>(
     container: &str,
     existing: &[EnvEntry<'_>],
     ours: &'o [EnvVar],
-    dependent: Option<(&str, &str)>,
+    dependent: Option<(&[Option<&str>], &str)>,
     warnings: &mut Vec<Warning>,
 ) -> Vec<(usize, &'o EnvVar)> {
     let mut missing = Vec::new();
@@ -159,10 +168,10 @@ pub(super) fn ensure_env<'o>(
     let mut inserts = Vec::with_capacity(missing.len());
     let mut at = 0;
     for var in missing {
-        // The address refers to the host variable: when the app defines the host itself, the address must
-        // come after the app's definition for `$(HOST)` to expand.
+        // The addresses refer to the host variable: when the app defines the host itself, they must come
+        // after the app's definition for `$(HOST)` to expand.
         let after = dependent
-            .filter(|(dep, _)| *dep == var.name)
+            .filter(|(deps, _)| deps.contains(&Some(var.name.as_str())))
             .and_then(|(_, host)| names.iter().position(|n| *n == host))
             .filter(|&h| h >= at);
         let index = match after {

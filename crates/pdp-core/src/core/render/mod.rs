@@ -48,6 +48,9 @@ pub struct Wiring {
     pub socket: bool,
     /// The profile's `tls` is wired (its Secret mounted, its variables set). Never in sidecar mode.
     pub tls: bool,
+    /// The HTTP address variable is set (where the profile has an `httpPort`); a re-wiring of a Pod wired
+    /// before it existed leaves it out, so that every container of the Pod gets the same variables.
+    pub http: bool,
     /// How the node's address is written in daemonset mode.
     pub family: NodeAddressFamily,
 }
@@ -60,6 +63,7 @@ impl Wiring {
             mode,
             socket,
             tls: tls_applies(profile, mode),
+            http: true,
             family: NodeAddressFamily::IPv4,
         }
     }
@@ -160,10 +164,14 @@ fn wiring(
         warnings.push(Warning {
             code: WarningCode::DowngradedPss,
             message: format!(
-                "Pod Security level {:?} forbids hostPath: the PDP socket {} is not mounted; use {} (TCP)",
+                "Pod Security level {:?} forbids hostPath: the PDP socket {} is not mounted; use {} (TCP){}",
                 plan.pss.as_str(),
                 profile.socket.path(),
-                profile.env_names.address
+                profile.env_names.address,
+                match (&profile.env_names.http_address, profile.http_port) {
+                    (Some(http), Some(_)) => format!(", or {http} for the HTTP API"),
+                    _ => String::new(),
+                }
             ),
         });
     }
@@ -179,10 +187,15 @@ fn wiring(
             .is_some_and(|t| prev.env.contains(&t.flag)),
         None => tls_applies(profile, plan.mode),
     };
+    let with_http = match (previous, &profile.env_names.http_address) {
+        (Some(prev), Some(var)) => prev.env.contains(var),
+        _ => true,
+    };
     let wiring = Wiring {
         mode: plan.mode,
         socket: with_socket,
         tls: with_tls && profile.tls.is_some(),
+        http: with_http,
         family: config.node_address_family,
     };
     (wiring, socket)
@@ -302,10 +315,9 @@ fn wire_app_containers(
     ops: &mut PatchBuilder,
     warnings: &mut Vec<Warning>,
 ) -> Result<Vec<String>, Denial> {
-    let dependent = (plan.mode == Mode::Daemonset).then_some((
-        profile.env_names.address.as_str(),
-        profile.env_names.host.as_str(),
-    ));
+    let names = &profile.env_names;
+    let depends = [Some(names.address.as_str()), names.http_address.as_deref()];
+    let dependent = (plan.mode == Mode::Daemonset).then_some((&depends[..], names.host.as_str()));
     let our_names: Vec<&str> = ours.iter().map(|e| e.name.as_str()).collect();
     let mut wired = Vec::new();
     // Sets, so that the loop stays linear in the Pod's containers.
