@@ -767,7 +767,14 @@ def swap_failures(ns, pod, before, what, since, restarts):
             bad.append(f"{p}: {failed} failed")
         if checks < expected // 2:
             bad.append(f"{p}: only {checks} checks in {elapsed:.1f}s (the client stalled)")
-    check(not bad, f"{what}: {', '.join(bad)}; errors: {errors_seen(out, 200)[-6:]}")
+    if bad:
+        # What the front did meanwhile (instance changes, refusals, waits), to line up with the client's
+        # failure times above: a failed check must be explainable from this output alone.
+        front = kubectl("-n", "pdp-node", "logs", "-l", "app.kubernetes.io/name=pdp-node-front", "--tail=60",
+                        check_rc=False).stdout
+        events = [l for l in front.splitlines() if "newest PDP instance" in l or "WARN" in l or "refus" in l]
+        raise Fail(f"{what}: {', '.join(bad)}; errors: {errors_seen(out, 200)[-6:]}; the front's log: "
+                   + " | ".join(one_line(l, 300) for l in events[-12:]))
     return after, time.monotonic()
 
 

@@ -80,7 +80,10 @@ pub(super) async fn serve<S>(
     let up = pipe(Tracked::new(client_r, Activity::UP, activity), backend_w);
     let down = pipe(Tracked::new(backend_r, Activity::DOWN, activity), client_w);
     let newest = route.newest.subscribe();
+    // `biased`: the copy is polled first at every wake, so bytes a client has just sent are read (and marked
+    // in `activity`) before a move or an age limit may close the connection between two exchanges.
     let copied = tokio::select! {
+        biased;
         (up, down) = async { tokio::join!(up, down) } => up.and_then(|up| down.map(|down| (up, down))),
         _ = slot.conn.taken() => {
             debug!(route = route.kind, peer, instance = name, "closed: a new connection took its place at the bound");
@@ -153,7 +156,9 @@ pub(super) async fn idle_or_aged(activity: &Activity, idle: Duration, max_age: D
         let age = activity.age();
         let nap = if age >= max_age {
             match activity.quiet_after_answer() {
-                Some(q) if q >= MOVE_QUIET => return Ended::Aged,
+                Some(q) if q >= MOVE_QUIET && still_between_exchanges(activity).await => {
+                    return Ended::Aged;
+                }
                 _ => MOVE_QUIET,
             }
         } else {
@@ -161,6 +166,19 @@ pub(super) async fn idle_or_aged(activity: &Activity, idle: Duration, max_age: D
         };
         tokio::time::sleep(nap).await;
     }
+}
+
+/// Whether the connection is still between two exchanges after the copy has had one more turn: a client's next
+/// request may be in the socket already, unread, and closing then would reset the connection (the kernel
+/// answers unread data with RST) and fail that request. `yield_now` lets the runtime poll its I/O driver and the
+/// (biased) copy read what arrived, which marks the activity; only a connection still quiet after an answer is
+/// closed. What is left is the instant between that read and the close: a close crossing a request on the
+/// wire, which no server that closes idle keep-alive connections avoids.
+async fn still_between_exchanges(activity: &Activity) -> bool {
+    tokio::task::yield_now().await;
+    activity
+        .quiet_after_answer()
+        .is_some_and(|quiet| quiet >= MOVE_QUIET)
 }
 
 /// A reader that records in [`Activity`] when it returned bytes.
@@ -227,7 +245,9 @@ pub(super) async fn until_moved(
         }
         loop {
             match activity.quiet_after_answer() {
-                Some(quiet) if quiet >= MOVE_QUIET => return,
+                Some(quiet) if quiet >= MOVE_QUIET && still_between_exchanges(activity).await => {
+                    return;
+                }
                 Some(quiet) => tokio::time::sleep(MOVE_QUIET - quiet).await,
                 None => tokio::time::sleep(MOVE_QUIET).await,
             }
