@@ -50,6 +50,11 @@ pub const VOLUME_TLS: &str = "pdp-injector-tls";
 pub const VOLUME_TOOLS: &str = "pdp-injector-tools";
 /// The init container that copies `pdp-await` into [`VOLUME_TOOLS`].
 pub const INIT_TOOLS: &str = "pdp-injector-tools";
+
+/// Daemonset mode with the profile's `awaitNode`: the init container, first of the Pod's, that holds the app
+/// until its node's PDP answers its health check through the node's HTTP port (the CSI volume's publish does
+/// this for Pods that get the socket by CSI).
+pub const INIT_AWAIT: &str = "pdp-injector-await";
 /// Where the PDP container (and the init container) mount [`VOLUME_TOOLS`].
 pub const TOOLS_DIR: &str = "/var/run/pdp-injector/tools";
 /// Where `pdp-await` is in the injector's image.

@@ -105,6 +105,7 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
         host_socket: true,
         tls: None,
         csi_profile: None,
+        await_node: false,
         tls_env_defaults: Some(TlsEnvNames {
             flag: "CERBOS_PDP_TLS".into(),
             ca: "CERBOS_PDP_TLS_CA".into(),
@@ -175,6 +176,7 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
         host_socket: true,
         tls: None,
         csi_profile: None,
+        await_node: false,
         // The names flagd's OpenFeature providers read (FLAGD_TLS, FLAGD_SERVER_CERT_PATH), and the same
         // prefix for the rest.
         tls_env_defaults: Some(TlsEnvNames {

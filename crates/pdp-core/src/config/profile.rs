@@ -120,6 +120,12 @@ profile_and_overlay! {
         /// (hostPath in privileged namespaces, TCP elsewhere). Serialized only when set, so hashes stay put.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub csi_profile: Option<String>,
+        /// Daemonset mode, Pods whose socket does not come by CSI (TCP only, or a hostPath): an init container
+        /// first in the Pod holds the app until its node's PDP answers `health` on the node (which needs
+        /// `health.port` to be `httpPort`, the port the node's front serves). Opt-in: it costs every such Pod
+        /// one small container. Serialized only when set, so hashes stay put.
+        #[serde(default, skip_serializing_if = "is_false")]
+        pub await_node: bool,
     }
     extra {
         /// The TLS variable names of the built-in profile this one descends from, used where `envNames` sets
@@ -155,6 +161,10 @@ impl Profile {
 
 fn is_true(b: &bool) -> bool {
     *b
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// The profile named `name` from the file's `o`, laid over `base` (the profile it extends), or over the
@@ -214,6 +224,7 @@ fn new_profile(name: &str, o: &ProfileFile) -> Result<Profile, ConfigError> {
         host_socket: true,
         tls: None,
         csi_profile: None,
+        await_node: false,
         tls_env_defaults: None,
     })
 }

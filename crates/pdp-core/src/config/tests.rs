@@ -782,3 +782,62 @@ fn the_socket_comes_by_csi_where_the_setting_and_the_driver_say_so() {
     );
     assert!(Config::from_yaml("socketVolume: nfs\n").is_err());
 }
+
+#[test]
+fn await_node_needs_the_health_check_on_the_http_port_the_front_serves() {
+    let c = Config::from_yaml("profiles:\n  cerbos:\n    awaitNode: true\n").unwrap();
+    assert!(c.profiles["cerbos"].await_node);
+    assert!(!Config::builtin().profiles["cerbos"].await_node);
+    // flagd's health check is on its management port 8014, which no node front serves.
+    let e = Config::from_yaml("profiles:\n  flagd:\n    awaitNode: true\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("awaitNode needs health.port (8014) to be httpPort (unset)"),
+        "{e}"
+    );
+    let e = Config::from_yaml(
+        "profiles:\n  cerbos:\n    awaitNode: true\n    health: {path: /_cerbos/health, port: 3593}\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("health.port (3593) to be httpPort (3592)"),
+        "{e}"
+    );
+    // Unset, the field is left out of the hash: configs written before it keep theirs.
+    assert_eq!(
+        Config::from_yaml("profiles:\n  cerbos:\n    awaitNode: false\n")
+            .unwrap()
+            .hash,
+        Config::builtin().hash
+    );
+}
+
+#[test]
+fn http_address_needs_the_http_port_and_one_of_the_ports() {
+    let e = Config::from_yaml(
+        "profiles:\n  flagd:\n    envNames: {host: H, address: A, socket: S, httpAddress: X}\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("envNames.httpAddress \"X\" needs httpPort"),
+        "{e}"
+    );
+    let e = Config::from_yaml("profiles:\n  cerbos:\n    httpPort: 9999\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("httpPort 9999 is not one of its ports"), "{e}");
+    let e = Config::from_yaml(
+        "profiles:\n  cerbos:\n    envNames: {host: H, address: A, socket: S, httpAddress: A}\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("envNames must be distinct"), "{e}");
+    // An envNames written before httpAddress existed: no HTTP variable, no error.
+    let c =
+        Config::from_yaml("profiles:\n  cerbos:\n    envNames: {host: H, address: A, socket: S}\n")
+            .unwrap();
+    assert_eq!(c.profiles["cerbos"].env_names.http_address, None);
+}

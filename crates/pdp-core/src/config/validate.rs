@@ -84,6 +84,16 @@ pub(super) fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigErro
         }
         _ => {}
     }
+    if p.await_node && p.http_port != Some(p.health.port) {
+        return bad(format!(
+            "awaitNode needs health.port ({}) to be httpPort ({}): the node's front serves the HTTP port, \
+             where the gate asks for {}",
+            p.health.port,
+            p.http_port
+                .map_or_else(|| "unset".to_string(), |h| h.to_string()),
+            p.health.path
+        ));
+    }
     if let Some(c) = &p.central {
         c.host_port()
             .map_err(|e| ConfigError::Invalid(format!("profile {name:?}: central.address {e}")))?;

@@ -224,6 +224,11 @@ pub fn missing_wiring(pod: &PodView<'_>, status: &Status, config: &Config) -> Op
     if let Some(sidecar) = status.sidecar.as_deref().filter(|s| !named(s)) {
         return Some(format!("the PDP container {sidecar:?}"));
     }
+    if let Some(gate) = status.gate.as_deref().filter(|g| !named(g)) {
+        return Some(format!(
+            "the init container {gate:?} that waits for the node's PDP"
+        ));
+    }
     let volumes = volume_entries(pod.spec.as_ref().and_then(|s| s.volumes))
         .ok()
         .flatten()

@@ -39,4 +39,8 @@ pub struct Status {
     /// node's PDP answered); absent for a hostPath socket or none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket_volume: Option<String>,
+    /// The init container that holds the app until its node's PDP answers (the profile's `awaitNode`), when
+    /// one was added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<String>,
 }

@@ -21,7 +21,7 @@ pub use sidecar::sidecar_container;
 use sidecar::{Classic, classic_sidecar};
 use volumes::{ensure_mount, ensure_volume, mtls_volume, socket_volume, tls_volume};
 
-use crate::config::{Config, Mode, NodeAddressFamily, Placement, Profile, SocketBy};
+use crate::config::{Config, HostField, Mode, NodeAddressFamily, Placement, Profile, SocketBy};
 use crate::core::patch::{JsonPatch, PatchBuilder, pointer};
 use crate::core::view::{MountEntry, PodView, SpecView, parse_list, volume_entries};
 use crate::core::{Denial, Plan, Reason, Status, Warning, WarningCode};
@@ -102,6 +102,8 @@ pub fn render(
     })?;
     let mut warnings = plan.warnings.clone();
     let (wiring, socket) = wiring(plan, profile, config, &mut warnings);
+    let by_csi = socket.as_ref().is_some_and(|v| v.csi.is_some());
+    let gate = gate_container(pod, plan, profile, config, by_csi)?;
     let mut pdp = pdp_container(spec, plan, profile, config);
     let volumes = pod_volumes(pod, spec, plan, profile, wiring, socket, pdp.as_mut())?;
     let ours = app_env(profile, wiring);
@@ -123,7 +125,7 @@ pub fn render(
         volumes.add_tools_init,
         &mut containers_ops,
     )?;
-    let status = status_of(
+    let mut status = status_of(
         plan,
         config,
         placed.sidecar,
@@ -132,6 +134,16 @@ pub fn render(
         &ours,
         &warnings,
     );
+    let mut gate_ops = PatchBuilder::default();
+    if let Some(gate) = gate {
+        status.gate = Some(gate.name.clone());
+        // First: the app's own init containers may call the PDP too.
+        let list = pointer(["spec", "initContainers"]);
+        match spec.init_containers.as_ref().map(Vec::len) {
+            Some(n) if n > 0 => gate_ops.insert(&list, 0, &gate),
+            n => gate_ops.extend(list, n, &[gate]),
+        }
+    }
 
     let mut patch = PatchBuilder::default();
     if plan.previous.is_none() || !wired.is_empty() {
@@ -140,6 +152,7 @@ pub fn render(
     if placed.share_processes {
         patch.add(pointer(["spec", "shareProcessNamespace"]), &true);
     }
+    patch.append(gate_ops);
     patch.append(placed.init_ops);
     patch.append(containers_ops);
     patch.extend(pointer(["spec", "volumes"]), volumes.count, &volumes.new);
@@ -199,6 +212,65 @@ fn wiring(
         family: config.node_address_family,
     };
     (wiring, socket)
+}
+
+/// The init container that holds the app until its node's PDP answers (the profile's `awaitNode`), on a first
+/// daemonset-mode pass of a Pod whose socket does not come by CSI (whose publish already waits for the PDP).
+/// It asks for the profile's health check on the node's HTTP port, which the node's front forwards to the
+/// newest PDP instance: it passes once a PDP serves, not merely once the front listens.
+fn gate_container(
+    pod: &PodView<'_>,
+    plan: &Plan,
+    profile: &Profile,
+    config: &Config,
+    by_csi: bool,
+) -> Result<Option<Container>, Denial> {
+    if plan.mode != Mode::Daemonset || plan.previous.is_some() || !profile.await_node || by_csi {
+        return Ok(None);
+    }
+    if pod
+        .init_containers()
+        .iter()
+        .chain(pod.containers())
+        .any(|c| c.name.as_str() == INIT_AWAIT)
+    {
+        return Err(collision(format!(
+            "the Pod already has a container named {INIT_AWAIT:?}, which pdp-injector adds to hold the app \
+             until its node's PDP answers (the profile's awaitNode): rename that container"
+        )));
+    }
+    let ours = app_env(profile, Wiring::of(profile, Mode::Daemonset, false));
+    let host = &profile.env_names.host;
+    let host_var = ours.iter().find(|e| &e.name == host).cloned();
+    let bracketed = config.node_address_family == NodeAddressFamily::IPv6
+        && profile.host_field == HostField::HostIp;
+    let (port, path) = (profile.health.port, &profile.health.path);
+    let target = if bracketed {
+        format!("[$({host})]:{port}{path}")
+    } else {
+        format!("$({host}):{port}{path}")
+    };
+    Ok(Some(Container {
+        name: INIT_AWAIT.into(),
+        image: Some(config.tools_image.clone()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        // Bounded: past it the container fails and the kubelet starts it again after its back-off (a Pod that
+        // never restarts fails instead of starting without its PDP).
+        command: Some(vec![
+            TOOLS_BINARY_IN_IMAGE.into(),
+            "wait".into(),
+            "--http".into(),
+            target,
+            "--timeout".into(),
+            "300s".into(),
+        ]),
+        env: host_var.map(|v| vec![v]),
+        resources: Some(sidecar::helper_resources()),
+        security_context: Some(crate::config::restricted_security_context(Some(65532))),
+        termination_message_path: Some("/dev/termination-log".into()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Default::default()
+    }))
 }
 
 /// The PDP container a first sidecar-mode pass adds, with what its classic form needs besides.
@@ -520,6 +592,7 @@ fn status_of(
             .iter()
             .any(|v| v.name == VOLUME_SOCKET && v.csi.is_some())
             .then(|| "csi".to_string()),
+        gate: None,
     }
 }
 

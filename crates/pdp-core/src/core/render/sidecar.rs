@@ -226,7 +226,7 @@ pub(super) fn classic_sidecar(
 }
 
 /// What the helper containers (the init container that copies `pdp-await`, the watch container) ask for.
-fn helper_resources() -> k8s_openapi::api::core::v1::ResourceRequirements {
+pub(super) fn helper_resources() -> k8s_openapi::api::core::v1::ResourceRequirements {
     k8s_openapi::api::core::v1::ResourceRequirements {
         requests: Some(BTreeMap::from([
             ("cpu".to_string(), Quantity("10m".into())),
