@@ -51,7 +51,9 @@ HELM_VALUES = ["-f", CHART / "ci/mixed-values.yaml", "--set", f"pdp.central.clus
                "--set", f"pdp.central.address={CENTRAL_IP}:3593",
                # helm test: the tier's client (its `check`: allow + deny over every path the Pod is wired to)
                "--set", "tests.image=localhost/pdp-injector-node/pdpclient:dev",
-               "--set-json", 'tests.command=["/pdpclient","check"]']
+               "--set-json", 'tests.command=["/pdpclient","check"]',
+               # A profile with the start-up gate for Pods without the CSI volume (the privileged hostPath here).
+               "--set-json", 'webhook.extraProfiles={"cerbos-gated":{"extends":"cerbos","awaitNode":true}}']
 HELM = None
 POLICY = REPO / "manifests/components/pdp-daemonset/policies/document.yaml"
 CLIENT = "localhost/pdp-injector-node/pdpclient:dev"
@@ -494,8 +496,14 @@ def _(shared):
     ).stdout)["items"], 90)
     wait_for("the stable socket gone", lambda: not STABLE_SOCKET.exists(), 30)
     ns = namespace("gate", {"pdp-injector.io/injection": "enabled", "pod-security.kubernetes.io/enforce": "restricted"})
+    # And a Pod without the CSI volume (a privileged namespace's hostPath) whose profile has awaitNode: held by
+    # its init container pdp-injector-await instead.
+    gated_ns = namespace("gated", {"pdp-injector.io/injection": "enabled",
+                                   "pod-security.kubernetes.io/enforce": "privileged"})
     t_created = time.monotonic()
     kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"]))
+    kubectl("create", "-f", "-", input=client_deployment("app", gated_ns, ["check", "--sleep"],
+                                                         {"pdp-injector.io/profile": "cerbos-gated"}))
 
     def held():
         p = pod_of(ns, "app")
@@ -506,6 +514,18 @@ def _(shared):
     wait_for("the app Pod scheduled and held in ContainerCreating", held, 60)
     pod = pod_of(ns, "app")
     check(status_of(pod).get("socketVolume") == "csi", f"the app did not get the CSI volume: {status_of(pod)}")
+
+    def gated_held():
+        p = pod_of(gated_ns, "app")
+        inits = {c["name"]: c.get("state", {}) for c in (p or {}).get("status", {}).get("initContainerStatuses") or []}
+        apps = [c for c in (p or {}).get("status", {}).get("containerStatuses") or [] if c.get("state", {}).get(
+            "running")]
+        return p if p and "running" in inits.get("pdp-injector-await", {}) and not apps else None
+    gated = wait_for("the gated app Pod held by its running init container pdp-injector-await", gated_held, 90)
+    st = status_of(gated)
+    check(st.get("gate") == "pdp-injector-await" and st.get("socketVolume") is None,
+          f"the gated Pod's status does not record the gate (or says csi): {st}")
+    check(gated["spec"]["initContainers"][0]["name"] == "pdp-injector-await", "the gate is not the first init container")
     t_back = time.monotonic()
     # As Helm (4: server-side apply, field manager helm) would create them, so later helm upgrades own them.
     for o in saved:
@@ -515,10 +535,18 @@ def _(shared):
     rollout("deployment", "app", ns, 120)
     t_app = time.monotonic()
     rollout("daemonset", "pdp-node-front", "pdp-node", 60)
+    rollout("deployment", "app", gated_ns, 120)
+    t_gated = time.monotonic()
     pod = pod_of(ns, "app")
     first = logs(ns, pod["metadata"]["name"])
     check("RESULT ok" in first, f"the app's first checks at start failed: {one_line(first, 800)}")
     check_client_output(first, ["tcp", "http", "socket"])
+    gated = pod_of(gated_ns, "app")
+    gated_first = logs(gated_ns, gated["metadata"]["name"])
+    check("RESULT ok" in gated_first, f"the gated app's first checks at start failed: {one_line(gated_first, 800)}")
+    check_client_output(gated_first, ["tcp", "http", "socket"])
+    figure(f"  the gated Pod (hostPath, awaitNode) ready {t_gated - t_back:.1f}s after the front and PDP were "
+           f"re-created; its first checks at start succeeded")
     # The plugin says it held this Pod's volume until the PDP answered (its gate), and for how long.
     plugin = json.loads(kubectl("-n", "pdp-node", "get", "pods", "-l", "app.kubernetes.io/name=pdp-csi-node",
                                 "-o", "json").stdout)["items"][0]["metadata"]["name"]
@@ -528,6 +556,7 @@ def _(shared):
     waited = re.search(r"waited_ms=(\d+)", held[-1])
     figure(f"  the plugin's gate held the volume {int(waited.group(1)) / 1000 if waited else '?'}s")
     delete_app(ns)
+    kubectl("-n", gated_ns, "delete", "deployment", "app", "--wait=false")
     figure(f"  app held {t_app - t_created:.1f}s in all (front and PDP re-created {t_back - t_created:.1f}s after "
            f"the app, PDP ready {t_pdp - t_back:.1f}s later, app ready {t_app - t_pdp:.1f}s after that); its first "
            f"checks at start succeeded")
