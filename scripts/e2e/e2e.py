@@ -625,6 +625,7 @@ def _(h):
     want_env = [
         {"name": "CERBOS_PDP_HOST", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.hostIP"}}},
         {"name": "CERBOS_PDP_ADDR", "value": "$(CERBOS_PDP_HOST):3593"},
+        {"name": "CERBOS_PDP_HTTP_ADDR", "value": "$(CERBOS_PDP_HOST):3592"},
         {"name": "CERBOS_PDP_SOCKET", "value": "/var/run/cerbos/cerbos.sock"},
     ]
     want_mount = {"name": "pdp-injector-socket", "mountPath": "/var/run/cerbos", "readOnly": True}
