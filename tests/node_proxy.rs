@@ -939,7 +939,9 @@ async fn with_a_client_ca_every_tcp_client_needs_a_certificate_from_it() {
     let (server, clients) = (bundle("pdp.node.local"), bundle("clients"));
     write(&dir, &server, Some(&clients));
     let a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
-    let front = proxy::start(tls_flags(&dir, true)).await.unwrap();
+    let mut f = tls_flags(&dir, true);
+    f.http_listen = Some(vec!["127.0.0.1:0".parse().unwrap()]);
+    let front = proxy::start(f).await.unwrap();
 
     // No client certificate: the handshake fails, nothing reaches the instance.
     assert!(
@@ -969,10 +971,25 @@ async fn with_a_client_ca_every_tcp_client_needs_a_certificate_from_it() {
     assert_eq!(a.connections(), 1);
     // The stable socket asks for no certificate.
     assert_eq!(ask_unix(&front, "local").await.unwrap(), "a:local");
+    // The HTTP port asks for one as the gRPC port does.
+    let http = front.http_addrs()[0];
+    let anon_http = tls_support::client(&[&server], None, &[b"http/1.1"]);
+    let anon = async {
+        ask_on(
+            &mut BufReader::new(connect_to(http, &anon_http).await?),
+            "anon",
+        )
+        .await
+    };
+    assert!(anon.await.is_err());
+    until(&front, |s| s.tls_failed == 3).await;
+    let good_http = tls_support::client(&[&server], Some(&good), &[b"http/1.1"]);
+    let mut conn = BufReader::new(connect_to(http, &good_http).await.unwrap());
+    assert_eq!(ask_on(&mut conn, "http").await.unwrap(), "a:http");
     let stats = front.stats();
     assert_eq!(
         (stats.tls_failed, stats.instances["pdp-a"].forwarded),
-        (2, 2)
+        (3, 3)
     );
     front.shutdown().await;
 }
