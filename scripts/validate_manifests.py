@@ -343,6 +343,42 @@ def refs(outdir):
                 if key not in listening:
                     errors.append(f"{ident(d)}: ingress port {key} is not a port of {', '.join(p[3] for p in selected)}")
         notes.append(f"{ident(d)} selects {', '.join(p[3] for p in selected)}")
+    # A Service selects the Pods of a workload in its namespace, its target ports are named ports of theirs, and
+    # the node-local one stays on the node; the profile that names it points at one of its ports.
+    named_ports = {}
+    for d in docs:
+        tmpl = (d.get("spec") or {}).get("template")
+        if d.get("kind") in ("Deployment", "DaemonSet", "StatefulSet") and tmpl:
+            named_ports[ident(d)] = {p.get("name"): p["containerPort"] for c in tmpl["spec"].get("containers", [])
+                                     for p in c.get("ports") or [] if p.get("name")}
+    config = [d for d in docs if d.get("kind") == "ConfigMap" and "config.yaml" in (d.get("data") or {})
+              and d["metadata"]["name"].startswith("pdp-injector-config")]
+    profiles = yaml.safe_load(config[0]["data"]["config.yaml"]).get("profiles", {}) if config else {}
+    for d in docs:
+        if d.get("kind") != "Service" or d["metadata"].get("namespace") != "pdp-node":
+            continue
+        ns, want = d["metadata"]["namespace"], d["spec"].get("selector") or {}
+        selected = [p for p in pods if p[0] == ns and want and all(p[1].get(k) == v for k, v in want.items())]
+        if not selected:
+            errors.append(f"{ident(d)}: selector {want} selects no Pod of the overlay in {ns}")
+            continue
+        for port in d["spec"].get("ports") or []:
+            target = port.get("targetPort", port["port"])
+            if not all(target in named_ports.get(p[3], {}) or target in named_ports.get(p[3], {}).values()
+                       for p in selected):
+                errors.append(f"{ident(d)}: targetPort {target} is no port of {', '.join(p[3] for p in selected)}")
+        if d["spec"].get("internalTrafficPolicy") != "Local":
+            errors.append(f"{ident(d)}: internalTrafficPolicy is not Local (connections would leave the node)")
+        host = f"{d['metadata']['name']}.{ns}.svc"
+        users = [n for n, pr in profiles.items() if str((pr.get("central") or {}).get("address", "")).startswith(host + ":")]
+        ports = {str(p["port"]) for p in d["spec"].get("ports") or []}
+        for n in users:
+            if profiles[n]["central"]["address"].rsplit(":", 1)[1] not in ports:
+                errors.append(f"profile {n}: {profiles[n]['central']['address']} is no port of {ident(d)}")
+        if not users:
+            errors.append(f"{ident(d)}: no profile of the config points at {host}")
+        notes.append(f"{ident(d)} selects {', '.join(p[3] for p in selected)}, stays on the node, profile "
+                     f"{', '.join(users)} points at it")
     for e in errors:
         print(f"  error: {e}", file=sys.stderr)
     print("; ".join(notes) if notes else "no NetworkPolicy")
