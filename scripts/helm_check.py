@@ -116,11 +116,11 @@ def helm_binary():
     return target
 
 
-def kv20_path():
-    """A directory holding kubernetes-validate 1.28.0 (for PYTHONPATH), the newest with the 1.20 schemas."""
-    pkg, version, digest = KV20
+def wheel_dir(pkg, version, digest, probe):
+    """A directory holding one pure-Python wheel, unpacked (for sys.path or PYTHONPATH), fetched and checked once
+    and cached next to helm; `probe` is a path inside it that says the unpacking is complete."""
     target = CACHE / f"{pkg}-{version}-{digest[:12]}"
-    if (target / "kubernetes_validate/kubernetes-json-schema/v1.20.0-local-strict").is_dir():
+    if (target / probe).exists():
         return target
     with tempfile.TemporaryDirectory() as tmp:
         whl = wheel(pkg, version, digest, Path(tmp))
@@ -129,6 +129,11 @@ def kv20_path():
         zipfile.ZipFile(whl).extractall(part)
         part.rename(target)
     return target
+
+
+def kv20_path():
+    """A directory holding kubernetes-validate 1.28.0 (for PYTHONPATH), the newest with the 1.20 schemas."""
+    return wheel_dir(*KV20, "kubernetes_validate/kubernetes-json-schema/v1.20.0-local-strict")
 
 
 def parallel(groups):

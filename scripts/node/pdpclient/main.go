@@ -21,6 +21,10 @@
 //	                                forever (a Deployment)
 //	pdpclient watch [--interval D]  check every D (default 100ms) over tcp, http and socket, forever; prints every
 //	                                failure and, every second, `summary PATH ok=N fail=N longest_gap_ms=N ...`
+//	pdpclient resolve NAME...       prints the Pod's resolv.conf (`resolv.conf ...`, one line), then looks each
+//	                                name up with Go's resolver, as an app's dial does (search list, ndots):
+//	                                `RESOLVED name addr,... (N ms)`, `NXDOMAIN name (N ms)` or `ERROR name: why`;
+//	                                exit 1 if any lookup ended in an error other than NXDOMAIN
 //
 // Only the Go standard library and golang.org/x/net/http2 (Debian's golang-golang-x-net-dev); the protobuf
 // messages are encoded by hand (the fields used are listed next to each function).
@@ -486,9 +490,42 @@ func cmdWatch(args []string) int {
 	return 0
 }
 
+func cmdResolve(names []string) int {
+	if conf, err := os.ReadFile("/etc/resolv.conf"); err != nil {
+		fmt.Printf("resolv.conf unreadable: %v\n", err)
+	} else {
+		var conf1 []string
+		for _, l := range strings.Split(string(conf), "\n") {
+			if l = strings.Join(strings.Fields(l), " "); l != "" {
+				conf1 = append(conf1, l)
+			}
+		}
+		fmt.Printf("resolv.conf %s\n", strings.Join(conf1, " | "))
+	}
+	rc := 0
+	for _, name := range names {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		addrs, err := net.DefaultResolver.LookupHost(ctx, name)
+		cancel()
+		ms := time.Since(start).Milliseconds()
+		var dnsErr *net.DNSError
+		switch {
+		case err == nil:
+			fmt.Printf("RESOLVED %s %s (%d ms)\n", name, strings.Join(addrs, ","), ms)
+		case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+			fmt.Printf("NXDOMAIN %s (%d ms)\n", name, ms)
+		default:
+			fmt.Printf("ERROR %s: %v (%d ms)\n", name, err, ms)
+			rc = 1
+		}
+	}
+	return rc
+}
+
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: pdpclient check [--sleep] | watch [--interval D]")
+		fmt.Fprintln(os.Stderr, "usage: pdpclient check [--sleep] | watch [--interval D] | resolve NAME...")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -496,6 +533,8 @@ func main() {
 		os.Exit(cmdCheck(os.Args[2:]))
 	case "watch":
 		os.Exit(cmdWatch(os.Args[2:]))
+	case "resolve":
+		os.Exit(cmdResolve(os.Args[2:]))
 	default:
 		fmt.Fprintln(os.Stderr, "unknown command", os.Args[1])
 		os.Exit(2)
