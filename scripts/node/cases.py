@@ -1378,7 +1378,7 @@ def _(shared):
     figure(f"  in the Pod: {resolved[0][9:]}")
     rc, out = exec_check(ns, pod["metadata"]["name"])
     check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
-    check_client_output(out, ["tcp"], ["socket", "sgrpc"])
+    check_client_output(out, ["tcp", "http"], ["socket", "sgrpc"])
     uninstall_leaves_nothing("uninstall-novalues")
 
 
