@@ -8,8 +8,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::Config;
+use crate::core::{Form, Outcome, inject_as};
 use crate::core::{NamespaceInfo, Reason, Warning};
-use crate::core::{Outcome, inject};
 use crate::names::LABEL_NAMESPACE_INJECTION;
 
 /// Defaults for the documents of one stream (the `inject` command's `--mode` and `--namespace`).
@@ -256,7 +256,8 @@ fn inject_document(
     }
     .map_err(|e| fail(format!("is not a valid {kind}: {e}")))?;
 
-    let outcome = inject(&pod, &ns, config);
+    // The patch is applied below: its values as trees, moved into the document.
+    let outcome = inject_as(&pod, &ns, config, Form::Apply);
     let reason = outcome.reason();
     let warnings = outcome.warnings().to_vec();
     match outcome {
@@ -278,7 +279,9 @@ fn inject_document(
             }
             // The patch is relative to the Pod, and a Pod template has the same `metadata` and `spec` keys, so
             // the same patch applies to the template and keeps any field the typed structs do not know.
-            json_patch::patch(template, &injected.patch.to_patch())
+            injected
+                .patch
+                .apply_into(template)
                 .map_err(|e| fail(format!("internal error applying the patch: {e}")))?;
         }
         Outcome::Skipped { .. } => {}

@@ -22,7 +22,7 @@ use sidecar::{Classic, classic_sidecar};
 use volumes::{ensure_mount, ensure_volume, mtls_volume, socket_volume, tls_volume};
 
 use crate::config::{Config, Mode, NodeAddressFamily, Placement, Profile, SocketBy};
-use crate::core::patch::{JsonPatch, PatchBuilder, pointer};
+use crate::core::patch::{Form, JsonPatch, PatchBuilder, pointer};
 use crate::core::view::{MountEntry, PodView, SpecView, parse_list, volume_entries};
 use crate::core::{Denial, Plan, Reason, Status, Warning, WarningCode};
 use crate::names::*;
@@ -85,12 +85,14 @@ fn invalid(message: String) -> Denial {
 /// Renders `plan` for `pod` with its `profile` (resolved, and the plan judged possible, by
 /// [`decide::plan_profile`](crate::core::decide::plan_profile)). Each step is a function: the wiring of the
 /// app containers, the PDP container, the volumes, the app containers' variables and mounts, the PDP's place,
-/// the status and annotations. The denials left here are collisions with what the Pod already has.
+/// the status and annotations. The denials left here are collisions with what the Pod already has. The patch's
+/// values are kept in `form`, the caller's use of it.
 pub fn render(
     pod: &PodView<'_>,
     plan: &Plan,
     profile: &Profile,
     config: &Config,
+    form: Form,
 ) -> Result<Rendered, Denial> {
     let spec = pod.spec.as_ref().ok_or_else(|| Denial {
         reason: Reason::InvalidObject,
@@ -101,7 +103,7 @@ pub fn render(
     let mut pdp = pdp_container(spec, plan, profile, config);
     let volumes = pod_volumes(pod, spec, plan, profile, wiring, socket, pdp.as_mut())?;
     let ours = app_env(profile, wiring);
-    let mut containers_ops = PatchBuilder::default();
+    let mut containers_ops = PatchBuilder::new(form);
     let wired = wire_app_containers(
         pod,
         plan,
@@ -129,7 +131,7 @@ pub fn render(
         &warnings,
     );
 
-    let mut patch = PatchBuilder::default();
+    let mut patch = PatchBuilder::new(form);
     if plan.previous.is_none() || !wired.is_empty() {
         annotate(pod, &status, &volumes.added, classic_added, &mut patch);
     }
@@ -412,7 +414,7 @@ fn place_pdp(
 ) -> Result<Placed, Denial> {
     let mut placed = Placed {
         sidecar: None,
-        init_ops: PatchBuilder::default(),
+        init_ops: PatchBuilder::new(containers_ops.form()),
         share_processes: false,
     };
     let Some(PdpContainer { container, classic }) = pdp else {
