@@ -248,6 +248,38 @@ fn escape(b: u8) -> Option<&'static [u8]> {
     }
 }
 
+/// Appends `bytes` as the content of a JSON string (no quotes), escaped as serde_json escapes.
+fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if let Some(e) = escape(b) {
+            out.extend_from_slice(&bytes[start..i]);
+            out.extend_from_slice(e);
+            start = i + 1;
+        }
+    }
+    out.extend_from_slice(&bytes[start..]);
+}
+
+/// What serde_json writes into it comes out as the content of a JSON string, and is compared on the way with
+/// the text an existing value holds.
+struct InString<'a> {
+    out: Vec<u8>,
+    same: Option<&'a [u8]>,
+}
+
+impl std::io::Write for InString<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // `same` is what is left of the existing text to match; `None` once it differs.
+        self.same = self.same.and_then(|s| s.strip_prefix(buf));
+        escape_into(&mut self.out, buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Operations in the order they apply, their values in one [`Form`].
 #[derive(Debug, Default)]
 pub struct PatchBuilder {
@@ -285,6 +317,60 @@ impl PatchBuilder {
         match self.form {
             Form::Wire => OpValue::Json(serde_json::to_string(v).expect(WHY).into_boxed_str()),
             Form::Apply => OpValue::Tree(serde_json::to_value(v).expect(WHY)),
+        }
+    }
+
+    /// `v`'s JSON as a string value (an annotation that holds JSON, as the status does), escaped once as it is
+    /// written; `None` when that text is `same`, the value already there.
+    pub fn json_string<T: Serialize>(&self, v: &T, same: Option<&str>) -> Option<OpValue> {
+        const WHY: &str = "the status serializes to JSON";
+        match self.form {
+            Form::Wire => {
+                let mut w = InString {
+                    out: Vec::with_capacity(512),
+                    same: same.map(str::as_bytes),
+                };
+                w.out.push(b'"');
+                serde_json::to_writer(&mut w, v).expect(WHY);
+                if w.same.is_some_and(<[u8]>::is_empty) {
+                    return None;
+                }
+                w.out.push(b'"');
+                // serde_json writes UTF-8, and escaping adds only ASCII.
+                let text = String::from_utf8(w.out).expect("JSON is UTF-8");
+                Some(OpValue::Json(text.into_boxed_str()))
+            }
+            Form::Apply => {
+                let text = serde_json::to_string(v).expect(WHY);
+                (same != Some(text.as_str())).then_some(OpValue::Tree(Value::String(text)))
+            }
+        }
+    }
+
+    /// An object of `members`, in their order, as a value of this patch.
+    pub fn object<'k>(&self, members: impl IntoIterator<Item = (&'k str, OpValue)>) -> OpValue {
+        match self.form {
+            Form::Wire => {
+                let mut out = vec![b'{'];
+                for (i, (key, value)) in members.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.push(b'"');
+                    escape_into(&mut out, key.as_bytes());
+                    out.extend_from_slice(b"\":");
+                    value.write(&mut out);
+                }
+                out.push(b'}');
+                let text = String::from_utf8(out).expect("JSON is UTF-8");
+                OpValue::Json(text.into_boxed_str())
+            }
+            Form::Apply => OpValue::Tree(Value::Object(
+                members
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.into_tree()))
+                    .collect(),
+            )),
         }
     }
 
@@ -410,6 +496,10 @@ mod tests {
                 Some(2),
                 &[json!({"name": "v", "n": 1.5, "a": [true, null]})],
             );
+            let status = b.json_string(&json!({"z": "a\"b", "a": ["\\", "é\n"]}), None);
+            b.push(pointer(["metadata", "annotations", "s"]), status.unwrap());
+            let map = b.object([("k\"", b.value(&"v")), ("a", b.value(&json!({"b": 1})))]);
+            b.push(pointer(["metadata"]), map);
             let patch = b.finish();
             let mut raw = Vec::new();
             patch.write_json(&mut raw);
@@ -427,6 +517,29 @@ mod tests {
         empty.write_json(&mut raw);
         assert_eq!(raw, b"[]");
         assert_eq!(empty.json_len(), 2);
+    }
+
+    #[test]
+    fn a_json_string_is_the_json_as_text_and_none_when_already_there() {
+        let v =
+            json!({"mode": "sidecar", "q": "say \"hi\"\\", "ctl": "\u{0}\u{1f}\t", "u": "日本"});
+        let text = serde_json::to_string(&v).unwrap();
+        for form in FORMS {
+            let b = PatchBuilder::new(form);
+            let value = b.json_string(&v, None).unwrap();
+            let mut out = Vec::new();
+            value.write(&mut out);
+            assert_eq!(out, serde_json::to_vec(&text).unwrap(), "{form:?}");
+            assert_eq!(value.into_tree(), json!(text), "{form:?}");
+            assert!(b.json_string(&v, Some(&text)).is_none(), "{form:?}");
+            // A prefix, a longer text, another text: all differ.
+            for other in [&text[..text.len() - 1], &format!("{text} "), "{}", ""] {
+                assert!(
+                    b.json_string(&v, Some(other)).is_some(),
+                    "{form:?} {other:?}"
+                );
+            }
+        }
     }
 
     #[test]

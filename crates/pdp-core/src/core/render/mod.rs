@@ -22,7 +22,7 @@ use sidecar::{Classic, classic_sidecar};
 use volumes::{ensure_mount, ensure_volume, mtls_volume, socket_volume, tls_volume};
 
 use crate::config::{Config, Mode, NodeAddressFamily, Placement, Profile, SocketBy};
-use crate::core::patch::{Form, JsonPatch, PatchBuilder, pointer};
+use crate::core::patch::{Form, JsonPatch, OpValue, PatchBuilder, pointer};
 use crate::core::view::{MountEntry, PodView, SpecView, parse_list, volume_entries};
 use crate::core::{Denial, Plan, Reason, Status, Warning, WarningCode};
 use crate::names::*;
@@ -522,10 +522,12 @@ fn annotate(
     classic_added: bool,
     patch: &mut PatchBuilder,
 ) {
-    let mut changed: BTreeMap<&str, String> = BTreeMap::new();
-    let status_json = serde_json::to_string(status).expect("status serializes");
-    if pod.annotation(ANNOTATION_STATUS) != Some(status_json.as_str()) {
-        changed.insert(ANNOTATION_STATUS, status_json);
+    // Sorted by key, as the map a missing `annotations` is added as.
+    let mut changed: BTreeMap<&str, OpValue> = BTreeMap::new();
+    // The status's JSON is written once, escaped as the annotation's string as it goes, and compared with the
+    // value already there on the way.
+    if let Some(value) = patch.json_string(status, pod.annotation(ANNOTATION_STATUS)) {
+        changed.insert(ANNOTATION_STATUS, value);
     }
     if added_volumes.iter().any(|v| v == VOLUME_SOCKET) {
         let mut entry = pod
@@ -537,7 +539,7 @@ fn annotate(
                 entry.push(',');
             }
             entry.push_str(VOLUME_SOCKET);
-            changed.insert(ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES, entry);
+            changed.insert(ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES, patch.value(&entry));
         }
     }
     // A classic sidecar is first among the containers, where `kubectl logs` and `exec` would pick it.
@@ -545,22 +547,23 @@ fn annotate(
         && pod.annotation(ANNOTATION_DEFAULT_CONTAINER).is_none()
         && let Some(first) = pod.containers().first()
     {
-        changed.insert(
-            ANNOTATION_DEFAULT_CONTAINER,
-            first.name.as_str().to_string(),
-        );
+        changed.insert(ANNOTATION_DEFAULT_CONTAINER, patch.value(&first.name));
     }
     let meta = pod.metadata.as_ref();
     match (meta, meta.and_then(|m| m.annotations.as_ref())) {
         _ if changed.is_empty() => {}
-        (None, _) => patch.add(
-            pointer(["metadata"]),
-            &BTreeMap::from([("annotations", &changed)]),
-        ),
-        (Some(_), None) => patch.add(pointer(["metadata", "annotations"]), &changed),
+        (None, _) => {
+            let annotations = patch.object(changed);
+            let metadata = patch.object([("annotations", annotations)]);
+            patch.push(pointer(["metadata"]), metadata);
+        }
+        (Some(_), None) => {
+            let annotations = patch.object(changed);
+            patch.push(pointer(["metadata", "annotations"]), annotations);
+        }
         (Some(_), Some(_)) => {
-            for (key, value) in &changed {
-                patch.add(pointer(["metadata", "annotations", key]), value);
+            for (key, value) in changed {
+                patch.push(pointer(["metadata", "annotations", key]), value);
             }
         }
     }
