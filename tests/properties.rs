@@ -5,7 +5,9 @@
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, Volume, VolumeMount};
 use pdp_injector::config::{Config, restricted_violations};
-use pdp_injector::core::{NamespaceInfo, Outcome, Reason, Status, inject, patched};
+use pdp_injector::core::{
+    Form, NamespaceInfo, Outcome, Reason, Status, inject, inject_as, patched,
+};
 use std::collections::BTreeMap;
 
 mod common;
@@ -308,6 +310,20 @@ fn generated_pods_hold_the_core_properties() {
             ctx()
         );
         assert_eq!(raw.len(), done.patch.json_len(), "{}", ctx());
+        // A caller that applies the patch gets its values as trees: the same operations, the same bytes, and
+        // applied by the core or by json_patch, the same Pod.
+        let Outcome::Injected(as_trees) = inject_as(&pod, &ns, &config, Form::Apply) else {
+            panic!("the form changes the outcome: {}", ctx());
+        };
+        let mut tree_raw = Vec::new();
+        as_trees.patch.write_json(&mut tree_raw);
+        assert_eq!(tree_raw, raw, "{}", ctx());
+        assert_eq!(as_trees.patch.json_len(), raw.len(), "{}", ctx());
+        let mut by_json_patch = serde_json::to_value(&pod).unwrap();
+        json_patch::patch(&mut by_json_patch, &done.patch.to_patch()).unwrap();
+        let mut by_core = serde_json::to_value(&pod).unwrap();
+        as_trees.patch.apply_into(&mut by_core).unwrap();
+        assert_eq!(by_core, by_json_patch, "{}", ctx());
         for op in &done.patch.0 {
             let path = op.path.as_str();
             assert!(

@@ -19,7 +19,7 @@ use pdp_core::admission::{self, review};
 use pdp_core::config::Config;
 use pdp_core::core::decide::plan_profile;
 use pdp_core::core::render::render;
-use pdp_core::core::{Decision, NamespaceInfo, PodView, decide, inject_view};
+use pdp_core::core::{Decision, Form, NamespaceInfo, PodView, decide, inject_view};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -86,7 +86,16 @@ fn stages(c: &mut Criterion) {
             let profile =
                 plan_profile(&view, &plan, &config).expect("the inject class has a profile");
             group.bench_function(id("render"), |b| {
-                b.iter(|| render(std::hint::black_box(&view), &plan, profile, &config).unwrap())
+                b.iter(|| {
+                    render(
+                        std::hint::black_box(&view),
+                        &plan,
+                        profile,
+                        &config,
+                        Form::Wire,
+                    )
+                    .unwrap()
+                })
             });
             let outcome = inject_view(&view, &ns, &config);
             group.bench_function(id("encode"), |b| {

@@ -8,8 +8,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::Config;
+use crate::core::{Form, Outcome, inject_as};
 use crate::core::{NamespaceInfo, Reason, Warning};
-use crate::core::{Outcome, inject};
 use crate::names::LABEL_NAMESPACE_INJECTION;
 
 /// Defaults for the documents of one stream (the `inject` command's `--mode` and `--namespace`).
@@ -84,11 +84,23 @@ fn str_at<'a>(doc: &'a Value, pointer: &str) -> &'a str {
     doc.pointer(pointer).and_then(Value::as_str).unwrap_or("")
 }
 
-/// Parses a stream into documents, sized so that large streams are not cut by the parser's defaults.
-pub fn parse_stream(input: &str) -> Result<Vec<Value>, OfflineError> {
+/// One document of a stream: its value, and its text when it was read on its own (then a document the
+/// injector leaves alone is written back as that text, comments and spelling kept).
+#[derive(Debug, Clone)]
+pub struct Document<'a> {
+    /// The document.
+    pub value: Value,
+    /// Its text, from its `---` line (if it has one) to the next document's.
+    pub source: Option<&'a str>,
+}
+
+/// The parser's options for `input`, sized so that large inputs are not cut by its defaults.
+fn yaml_options(input: &str) -> serde_saphyr::Options {
     // `0755` is octal, as kubectl reads it (file modes are written that way in manifests).
     let mut options = serde_saphyr::Options::default();
     options.legacy_octal_numbers = true;
+    // Comments are not kept in values: documents that are written back unchanged keep their text instead.
+    options.emit_comments = false;
     if let Some(budget) = options.budget.as_mut() {
         let scale = input.len() / 8 + 1;
         budget.max_documents = budget.max_documents.max(scale);
@@ -96,23 +108,159 @@ pub fn parse_stream(input: &str) -> Result<Vec<Value>, OfflineError> {
         budget.max_nodes = budget.max_nodes.max(scale * 2);
         budget.max_depth = 128;
     }
-    let mut docs = serde_saphyr::from_multiple_with_options::<Value>(input, options)
-        .map_err(|e| OfflineError::Yaml(e.to_string()))?;
-    // An empty document (even a tagged one, which reads as null) is no object: dropping it keeps the output a
-    // fixed point, as an explicit `null` document is already skipped when read.
-    docs.retain(|d| !d.is_null());
+    options
+}
+
+/// Whether `line` is a document marker (`---` or `...`, alone or followed by a blank).
+fn is_marker(line: &str, marker: &str) -> bool {
+    line.strip_prefix(marker)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '\r', '\n']))
+}
+
+/// A piece of the stream that holds at most one document.
+struct Piece<'a> {
+    text: &'a str,
+    /// Lines before it in the stream.
+    line: usize,
+}
+
+/// Cuts a stream at its document markers. YAML forbids `---` and `...` at the start of a line inside a
+/// document (in block and quoted scalars too), so each piece holds at most one document. `None` for what this
+/// cut does not cover (directives, a byte order mark): the stream is then read whole.
+fn cut(input: &str) -> Option<Vec<Piece<'_>>> {
+    let mut pieces = Vec::new();
+    let (mut start, mut start_line) = (0, 0);
+    let mut at = 0;
+    for (n, line) in input.split_inclusive('\n').enumerate() {
+        if line.starts_with(['%', '\u{feff}']) {
+            return None;
+        }
+        let next = at + line.len();
+        if is_marker(line, "---") {
+            pieces.push(Piece {
+                text: &input[start..at],
+                line: start_line,
+            });
+            (start, start_line) = (at, n);
+        } else if is_marker(line, "...") {
+            pieces.push(Piece {
+                text: &input[start..next],
+                line: start_line,
+            });
+            (start, start_line) = (next, n + 1);
+        }
+        at = next;
+    }
+    pieces.push(Piece {
+        text: &input[start..],
+        line: start_line,
+    });
+    pieces.retain(|p| !p.text.is_empty());
+    Some(pieces)
+}
+
+/// Whether `text` holds no node: only blank lines, comments and markers (alone or with a comment).
+fn is_empty_piece(text: &str) -> bool {
+    text.lines().all(|l| {
+        let rest = ["---", "..."]
+            .iter()
+            .find(|m| is_marker(l, m))
+            .map_or(l, |m| &l[m.len()..])
+            .trim();
+        rest.is_empty() || rest.starts_with('#')
+    })
+}
+
+/// Reads a stream into documents, each with its text. An empty document (even a tagged one, which reads as
+/// null) is no object and is dropped, as an explicit `null` document is: that keeps the output a fixed point.
+pub fn read_stream(input: &str) -> Result<Vec<Document<'_>>, OfflineError> {
+    let Some(pieces) = cut(input) else {
+        return read_whole(input);
+    };
+    let mut docs = Vec::with_capacity(pieces.len());
+    for piece in pieces {
+        if is_empty_piece(piece.text) {
+            continue;
+        }
+        match serde_saphyr::from_str_with_options::<Value>(piece.text, yaml_options(piece.text)) {
+            Ok(Value::Null) => {}
+            Ok(value) => docs.push(Document {
+                value,
+                source: Some(piece.text),
+            }),
+            Err(e) => {
+                // The cut is only a shortcut: where the stream read whole holds, its reading stands.
+                if let Ok(whole) = read_whole(input) {
+                    return Ok(whole);
+                }
+                // Lines counted in the whole stream.
+                let message = e.render_with_options(serde_saphyr::render_options! {
+                    line_offset: piece.line as u64,
+                });
+                return Err(OfflineError::Yaml(format!(
+                    "document {}: {message}",
+                    docs.len() + 1
+                )));
+            }
+        }
+    }
     Ok(docs)
 }
 
-/// Writes documents back as a YAML stream.
+/// Reads the stream as one: for what [`cut`] does not cover, and to check what a piece could not parse.
+fn read_whole(input: &str) -> Result<Vec<Document<'_>>, OfflineError> {
+    let values = serde_saphyr::from_multiple_with_options::<Value>(input, yaml_options(input))
+        .map_err(|e| OfflineError::Yaml(e.to_string()))?;
+    Ok(values
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .map(|value| Document {
+            value,
+            source: None,
+        })
+        .collect())
+}
+
+/// Parses a stream into its documents' values.
+pub fn parse_stream(input: &str) -> Result<Vec<Value>, OfflineError> {
+    Ok(read_stream(input)?.into_iter().map(|d| d.value).collect())
+}
+
+/// Writes documents back as a YAML stream, each printed from its value.
 pub fn write_stream(docs: &[Value]) -> String {
     let mut out = String::with_capacity(docs.len() * 1024);
     for doc in docs {
-        out.push_str("---\n");
-        // A JSON value always serializes to YAML.
-        out.push_str(&serde_saphyr::to_string(doc).expect("JSON values serialize to YAML"));
-        if !out.ends_with('\n') {
-            out.push('\n');
+        write_value(&mut out, doc);
+    }
+    out
+}
+
+fn write_value(out: &mut String, doc: &Value) {
+    out.push_str("---\n");
+    // A JSON value always serializes to YAML.
+    out.push_str(&serde_saphyr::to_string(doc).expect("JSON values serialize to YAML"));
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+}
+
+/// Writes documents back: a document the injector left alone (`changed` false) as its own text when it has
+/// one, the others printed from their value.
+fn write_documents(docs: &[Document<'_>], changed: &[bool]) -> String {
+    let size: usize = docs.iter().map(|d| d.source.map_or(1024, str::len)).sum();
+    let mut out = String::with_capacity(size + size / 4);
+    for (doc, changed) in docs.iter().zip(changed) {
+        match doc.source {
+            Some(text) if !changed => {
+                if !is_marker(text, "---") {
+                    out.push_str("---\n");
+                }
+                out.push_str(text);
+                if !text.ends_with('\n') {
+                    out.push('\n');
+                }
+            }
+            _ => write_value(&mut out, &doc.value),
         }
     }
     out
@@ -124,33 +272,45 @@ pub fn inject_documents(
     config: &Config,
     options: &Options,
 ) -> Result<Vec<DocReport>, OfflineError> {
+    let mut docs: Vec<&mut Value> = docs.iter_mut().collect();
+    inject_all(&mut docs, config, options).map(|(reports, _)| reports)
+}
+
+/// Injects every Pod template; with whether each document changed.
+fn inject_all(
+    docs: &mut [&mut Value],
+    config: &Config,
+    options: &Options,
+) -> Result<(Vec<DocReport>, Vec<bool>), OfflineError> {
     let mut namespaces: HashMap<String, NamespaceInfo> = HashMap::new();
     for doc in docs.iter() {
         collect_namespaces(doc, &mut namespaces);
     }
     let mut reports = Vec::with_capacity(docs.len());
+    let mut changed = Vec::with_capacity(docs.len());
     for (i, doc) in docs.iter_mut().enumerate() {
-        inject_document(
+        changed.push(inject_document(
             doc,
             (i + 1).to_string(),
             config,
             options,
             &namespaces,
             &mut reports,
-        )?;
+        )?);
     }
-    Ok(reports)
+    Ok((reports, changed))
 }
 
-/// Parses, injects and writes a whole stream.
+/// Parses, injects and writes a whole stream. Documents the injector leaves alone keep their text.
 pub fn inject_stream(
     input: &str,
     config: &Config,
     options: &Options,
 ) -> Result<(String, Vec<DocReport>), OfflineError> {
-    let mut docs = parse_stream(input)?;
-    let reports = inject_documents(&mut docs, config, options)?;
-    Ok((write_stream(&docs), reports))
+    let mut docs = read_stream(input)?;
+    let mut values: Vec<&mut Value> = docs.iter_mut().map(|d| &mut d.value).collect();
+    let (reports, changed) = inject_all(&mut values, config, options)?;
+    Ok((write_documents(&docs, &changed), reports))
 }
 
 fn collect_namespaces(doc: &Value, out: &mut HashMap<String, NamespaceInfo>) {
@@ -192,13 +352,14 @@ fn inject_document(
     options: &Options,
     namespaces: &HashMap<String, NamespaceInfo>,
     reports: &mut Vec<DocReport>,
-) -> Result<(), OfflineError> {
+) -> Result<bool, OfflineError> {
     let kind = str_at(doc, "/kind").to_string();
     let name = str_at(doc, "/metadata/name").to_string();
     if kind == "List" {
+        let mut changed = false;
         if let Some(items) = doc.get_mut("items").and_then(Value::as_array_mut) {
             for (j, item) in items.iter_mut().enumerate() {
-                inject_document(
+                changed |= inject_document(
                     item,
                     format!("{index}.{}", j + 1),
                     config,
@@ -208,7 +369,7 @@ fn inject_document(
                 )?;
             }
         }
-        return Ok(());
+        return Ok(changed);
     }
     let fail = |message: String| OfflineError::Document {
         index: index.clone(),
@@ -224,7 +385,7 @@ fn inject_document(
             reason: None,
             warnings: vec![],
         });
-        return Ok(());
+        return Ok(false);
     };
     if !doc.is_object() {
         return Err(fail("a document must be a mapping".into()));
@@ -256,9 +417,11 @@ fn inject_document(
     }
     .map_err(|e| fail(format!("is not a valid {kind}: {e}")))?;
 
-    let outcome = inject(&pod, &ns, config);
+    // The patch is applied below: its values as trees, moved into the document.
+    let outcome = inject_as(&pod, &ns, config, Form::Apply);
     let reason = outcome.reason();
     let warnings = outcome.warnings().to_vec();
+    let changed = matches!(outcome, Outcome::Injected(_));
     match outcome {
         Outcome::Denied(denial) => {
             let hint = if denial.reason == Reason::InvalidNamespaceLabel {
@@ -278,7 +441,9 @@ fn inject_document(
             }
             // The patch is relative to the Pod, and a Pod template has the same `metadata` and `spec` keys, so
             // the same patch applies to the template and keeps any field the typed structs do not know.
-            json_patch::patch(template, &injected.patch.to_patch())
+            injected
+                .patch
+                .apply_into(template)
                 .map_err(|e| fail(format!("internal error applying the patch: {e}")))?;
         }
         Outcome::Skipped { .. } => {}
@@ -290,5 +455,88 @@ fn inject_document(
         reason: Some(reason),
         warnings,
     });
-    Ok(())
+    Ok(changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SERVICE: &str = "# the shop's front\napiVersion: v1\nkind: Service\nmetadata: {name: web}  # flow style\nspec:\n  ports: [{port: 0080}]\n";
+    const SKIPPED: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: plain\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: 'app:1'   # quoted\n";
+    const WIRED: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: wired  # kept?\n  annotations:\n    pdp-injector.io/inject: sidecar\nspec:\n  containers:\n  - name: app\n    image: app:1\n";
+
+    fn run(input: &str) -> Result<(String, Vec<DocReport>), OfflineError> {
+        inject_stream(input, &Config::builtin(), &Options::default())
+    }
+
+    #[test]
+    fn documents_left_alone_come_out_as_their_own_text() {
+        let input = format!("{SERVICE}---\n{SKIPPED}--- # a marker with a comment\n{WIRED}");
+        let (out, reports) = run(&input).unwrap();
+        assert_eq!(reports.len(), 3);
+        assert_eq!(reports[2].reason, Some(Reason::InjectedSidecar));
+        // The first two byte for byte, comments, quotes and spelling kept; the wired Pod printed anew.
+        let head = format!("---\n{SERVICE}---\n{SKIPPED}");
+        assert!(out.starts_with(&head), "{out}");
+        let wired = &out[head.len()..];
+        assert!(
+            wired.starts_with("---\n") && !wired.contains("# kept?"),
+            "{wired}"
+        );
+        let docs = parse_stream(wired).unwrap();
+        assert_eq!(docs.len(), 1);
+        assert!(
+            docs[0].pointer("/spec/initContainers/0").is_some(),
+            "{wired}"
+        );
+        // And that is a fixed point.
+        let (again, _) = run(&out).unwrap();
+        assert_eq!(again, out);
+    }
+
+    #[test]
+    fn a_marker_inside_a_scalar_or_with_content_is_read_as_yaml_says() {
+        // `---` indented in a block scalar is content; `--- {...}` starts a document on its own line.
+        let input = "kind: ConfigMap\nmetadata: {name: a}\ndata:\n  x: |\n    ---\n    y\n--- {kind: Service, metadata: {name: b}}\n...\n";
+        let docs = read_stream(input).unwrap();
+        assert_eq!(docs.len(), 2, "{docs:?}");
+        assert_eq!(docs[0].value["data"]["x"], "---\ny\n");
+        assert_eq!(docs[1].value["kind"], "Service");
+        let (out, _) = run(input).unwrap();
+        assert_eq!(out, format!("---\n{input}"));
+    }
+
+    #[test]
+    fn empty_and_null_documents_are_dropped() {
+        let input =
+            "# header\n---\n---\nnull\n---\n# nothing\n---\nkind: Service\n...\n# trailer\n";
+        let docs = read_stream(input).unwrap();
+        assert_eq!(docs.len(), 1, "{docs:?}");
+        assert_eq!(docs[0].value["kind"], "Service");
+    }
+
+    #[test]
+    fn a_stream_with_directives_is_read_whole_and_printed() {
+        let input = "%YAML 1.2\n---\nkind: Service\nmetadata: {name: a}\n";
+        let docs = read_stream(input).unwrap();
+        assert_eq!(docs.len(), 1);
+        assert!(docs[0].source.is_none());
+        let (out, _) = run(input).unwrap();
+        assert!(out.starts_with("---\n") && !out.contains("%YAML"), "{out}");
+        assert_eq!(parse_stream(&out).unwrap()[0]["metadata"]["name"], "a");
+    }
+
+    #[test]
+    fn bad_yaml_is_named_by_its_document_and_its_line_in_the_stream() {
+        let input =
+            format!("{SERVICE}---\n{SKIPPED}---\nkind: Pod\nmetadata:\n  name: [unclosed\n");
+        let err = run(&input).unwrap_err().to_string();
+        let line = SERVICE.lines().count() + SKIPPED.lines().count() + 2 + 3;
+        assert!(
+            err.starts_with("input is not valid YAML: document 3: "),
+            "{err}"
+        );
+        assert!(err.contains(&format!("line {line}")), "line {line}: {err}");
+    }
 }

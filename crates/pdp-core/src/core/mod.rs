@@ -12,6 +12,9 @@ pub mod view;
 
 pub use codes::{Denial, Reason, Warning, WarningCode};
 pub use decide::{Decision, NamespaceInfo, Plan, decide, decide_pod};
-pub use pipeline::{Injected, Outcome, inject, inject_json, inject_view, patched, wire};
+pub use patch::Form;
+pub use pipeline::{
+    Injected, Outcome, inject, inject_as, inject_json, inject_view, inject_view_as, patched, wire,
+};
 pub use status::Status;
 pub use view::PodView;

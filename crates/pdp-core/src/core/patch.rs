@@ -4,20 +4,97 @@
 //! and volumes it appends, the sidecar). So a patch is a list of RFC 6902 `add` operations at positions of the
 //! input, each carrying only a value rendering made: a handful of operations that never rewrite a user's field,
 //! and never carry a part of the Pod the parser skipped. A list or map that did not exist is added whole.
+//!
+//! Each value is kept in the form its caller uses, chosen once per call of the pipeline ([`Form`]): JSON text
+//! that the webhook's answer copies, or a `serde_json::Value` that a caller applying the patch moves into its
+//! document. Either way it is written once from the typed object, and the patch's JSON is the same to the byte.
 
-use json_patch::jsonptr::PointerBuf;
+use json_patch::jsonptr::{Pointer, PointerBuf};
 use json_patch::{AddOperation, Patch, PatchOperation};
 use serde::Serialize;
-use serde_json::value::RawValue;
+use serde_json::Value;
 
-/// One `add` operation: where, and the value as JSON, written once from the typed object (no
-/// `serde_json::Value` in between: the webhook's answer copies these bytes).
+/// What the values of a patch are kept as: the caller's use, given to the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Form {
+    /// JSON text, for the webhook's answer (which only copies it).
+    #[default]
+    Wire,
+    /// `serde_json::Value`s, for a caller that applies the patch to a document (the offline command, `check`,
+    /// the further profiles of a Pod): no JSON text to parse back.
+    Apply,
+}
+
+/// An operation's value, in its patch's [`Form`].
+#[derive(Debug, Clone)]
+pub enum OpValue {
+    /// Compact JSON that the core wrote ([`Form::Wire`]).
+    Json(Box<str>),
+    /// A tree ([`Form::Apply`]).
+    Tree(Value),
+}
+
+impl OpValue {
+    /// The value as a tree: moved when it is one, parsed when it is JSON text.
+    fn into_tree(self) -> Value {
+        match self {
+            OpValue::Tree(v) => v,
+            OpValue::Json(text) => serde_json::from_str(&text).expect("the core wrote valid JSON"),
+        }
+    }
+
+    fn to_tree(&self) -> Value {
+        match self {
+            OpValue::Tree(v) => v.clone(),
+            OpValue::Json(text) => serde_json::from_str(text).expect("the core wrote valid JSON"),
+        }
+    }
+
+    /// Appends the value as compact JSON.
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            OpValue::Json(text) => out.extend_from_slice(text.as_bytes()),
+            // serde_json writes a Value as it writes the typed object it came from: the same keys in the same
+            // order (`preserve_order`), the same numbers and escapes.
+            OpValue::Tree(v) => {
+                serde_json::to_writer(out, v).expect("writing to a Vec cannot fail")
+            }
+        }
+    }
+
+    /// The length of [`write`](Self::write)'s output.
+    fn json_len(&self) -> usize {
+        match self {
+            OpValue::Json(text) => text.len(),
+            OpValue::Tree(v) => {
+                let mut n = Counter(0);
+                serde_json::to_writer(&mut n, v).expect("counting cannot fail");
+                n.0
+            }
+        }
+    }
+}
+
+/// A writer that only counts.
+struct Counter(usize);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One `add` operation: where, and the value.
 #[derive(Debug, Clone)]
 pub struct AddOp {
     /// Where.
     pub path: PointerBuf,
-    /// What, as compact JSON.
-    pub value: Box<RawValue>,
+    /// What.
+    pub value: OpValue,
 }
 
 /// The patch the core renders: RFC 6902 `add` operations in the order they apply.
@@ -48,7 +125,7 @@ impl JsonPatch {
             serde_json::to_writer(&mut *out, op.path.as_str())
                 .expect("writing to a Vec cannot fail");
             out.extend_from_slice(br#","value":"#);
-            out.extend_from_slice(op.value.get().as_bytes());
+            op.value.write(out);
             out.push(b'}');
         }
         out.push(b']');
@@ -61,13 +138,31 @@ impl JsonPatch {
             .iter()
             .map(|op| {
                 // `{"op":"add","path":` + path + `,"value":` + value + `}`
-                19 + json_string_len(op.path.as_str()) + 9 + op.value.get().len() + 1
+                19 + json_string_len(op.path.as_str()) + 9 + op.value.json_len() + 1
             })
             .sum();
         2 + ops + self.0.len().saturating_sub(1)
     }
 
-    /// As `json_patch`'s type, to apply it to a document (the offline command, the tests, further profiles).
+    /// Applies the operations to `doc` in order, as RFC 6902 (and `json_patch`) applies `add`s: the values are
+    /// cloned when they are trees, parsed when they are JSON text. On an error `doc` may hold the operations
+    /// before the failing one (callers throw it away).
+    pub fn apply(&self, doc: &mut Value) -> Result<(), String> {
+        for (i, op) in self.0.iter().enumerate() {
+            add(doc, &op.path, op.value.to_tree()).map_err(|e| op_error(i, &op.path, e))?;
+        }
+        Ok(())
+    }
+
+    /// [`apply`](Self::apply), moving the values into `doc`.
+    pub fn apply_into(self, doc: &mut Value) -> Result<(), String> {
+        for (i, op) in self.0.into_iter().enumerate() {
+            add(doc, &op.path, op.value.into_tree()).map_err(|e| op_error(i, &op.path, e))?;
+        }
+        Ok(())
+    }
+
+    /// As `json_patch`'s type (the tests compare with it).
     pub fn to_patch(&self) -> Patch {
         Patch(
             self.0
@@ -75,8 +170,7 @@ impl JsonPatch {
                 .map(|op| {
                     PatchOperation::Add(AddOperation {
                         path: op.path.clone(),
-                        value: serde_json::from_str(op.value.get())
-                            .expect("the core wrote valid JSON"),
+                        value: op.value.to_tree(),
                     })
                 })
                 .collect(),
@@ -84,26 +178,113 @@ impl JsonPatch {
     }
 }
 
+fn op_error(i: usize, path: &Pointer, why: &str) -> String {
+    format!("operation {i} (add at {:?}) failed: {why}", path.as_str())
+}
+
+/// RFC 6902 `add`, as `json_patch` does it: the whole document for the empty path; else into the parent, which
+/// must exist: a member of an object (set, or replaced in place), or an entry of an array (inserted at an index
+/// up to its length, or appended with `-`).
+fn add(doc: &mut Value, path: &Pointer, value: Value) -> Result<(), &'static str> {
+    let Some((parent, last)) = path.split_back() else {
+        *doc = value;
+        return Ok(());
+    };
+    match doc.pointer_mut(parent.as_str()) {
+        Some(Value::Object(map)) => {
+            map.insert(last.decoded().into_owned(), value);
+            Ok(())
+        }
+        Some(Value::Array(list)) => {
+            let at = last
+                .to_index()
+                .ok()
+                .and_then(|i| i.for_len_incl(list.len()).ok())
+                .ok_or("no such position in the list")?;
+            list.insert(at, value);
+            Ok(())
+        }
+        Some(_) => Err("the parent is neither an object nor a list"),
+        None => Err("the parent does not exist"),
+    }
+}
+
 /// The length of `s` written as a JSON string, quotes included.
 fn json_string_len(s: &str) -> usize {
     let escaped: usize = s
-        .chars()
-        .map(|c| match c {
-            '"' | '\\' | '\n' | '\r' | '\t' | '\u{08}' | '\u{0c}' => 2,
-            c if (c as u32) < 0x20 => 6,
-            c => c.len_utf8(),
+        .bytes()
+        .map(|b| match escape(b) {
+            None => 1,
+            Some(e) => e.len(),
         })
         .sum();
     escaped + 2
 }
 
-/// Operations in the order they apply.
-#[derive(Debug, Default)]
-pub struct PatchBuilder(Vec<AddOp>);
+/// How serde_json writes byte `b` inside a JSON string, when not as itself: quote, backslash and the control
+/// characters (short forms where JSON has one). Every other byte, UTF-8 included, is written as it is.
+fn escape(b: u8) -> Option<&'static [u8]> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    // `\u00XX` for every control character, built once.
+    const CONTROL: [[u8; 6]; 32] = {
+        let mut t = [[0u8; 6]; 32];
+        let mut i = 0;
+        while i < 32 {
+            t[i] = [b'\\', b'u', b'0', b'0', HEX[i >> 4], HEX[i & 15]];
+            i += 1;
+        }
+        t
+    };
+    match b {
+        b'"' => Some(br#"\""#),
+        b'\\' => Some(br"\\"),
+        b'\n' => Some(br"\n"),
+        b'\r' => Some(br"\r"),
+        b'\t' => Some(br"\t"),
+        0x08 => Some(br"\b"),
+        0x0c => Some(br"\f"),
+        b if b < 0x20 => Some(&CONTROL[b as usize]),
+        _ => None,
+    }
+}
 
-fn value<T: Serialize>(v: &T) -> Box<RawValue> {
-    // Typed Kubernetes objects and string maps always serialize: string keys, finite numbers.
-    serde_json::value::to_raw_value(v).expect("Kubernetes objects serialize to JSON")
+/// Appends `bytes` as the content of a JSON string (no quotes), escaped as serde_json escapes.
+fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if let Some(e) = escape(b) {
+            out.extend_from_slice(&bytes[start..i]);
+            out.extend_from_slice(e);
+            start = i + 1;
+        }
+    }
+    out.extend_from_slice(&bytes[start..]);
+}
+
+/// What serde_json writes into it comes out as the content of a JSON string, and is compared on the way with
+/// the text an existing value holds.
+struct InString<'a> {
+    out: Vec<u8>,
+    same: Option<&'a [u8]>,
+}
+
+impl std::io::Write for InString<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // `same` is what is left of the existing text to match; `None` once it differs.
+        self.same = self.same.and_then(|s| s.strip_prefix(buf));
+        escape_into(&mut self.out, buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Operations in the order they apply, their values in one [`Form`].
+#[derive(Debug, Default)]
+pub struct PatchBuilder {
+    ops: Vec<AddOp>,
+    form: Form,
 }
 
 /// A JSON Pointer from its unescaped tokens.
@@ -116,12 +297,92 @@ pub fn pointer<'t>(tokens: impl IntoIterator<Item = &'t str>) -> PointerBuf {
 }
 
 impl PatchBuilder {
+    /// An empty patch whose values are kept in `form`.
+    pub fn new(form: Form) -> PatchBuilder {
+        PatchBuilder {
+            ops: Vec::new(),
+            form,
+        }
+    }
+
+    /// The form of the values.
+    pub fn form(&self) -> Form {
+        self.form
+    }
+
+    /// `v` as a value of this patch.
+    pub fn value<T: Serialize>(&self, v: &T) -> OpValue {
+        // Typed Kubernetes objects and string maps always serialize: string keys, finite numbers.
+        const WHY: &str = "Kubernetes objects serialize to JSON";
+        match self.form {
+            Form::Wire => OpValue::Json(serde_json::to_string(v).expect(WHY).into_boxed_str()),
+            Form::Apply => OpValue::Tree(serde_json::to_value(v).expect(WHY)),
+        }
+    }
+
+    /// `v`'s JSON as a string value (an annotation that holds JSON, as the status does), escaped once as it is
+    /// written; `None` when that text is `same`, the value already there.
+    pub fn json_string<T: Serialize>(&self, v: &T, same: Option<&str>) -> Option<OpValue> {
+        const WHY: &str = "the status serializes to JSON";
+        match self.form {
+            Form::Wire => {
+                let mut w = InString {
+                    out: Vec::with_capacity(512),
+                    same: same.map(str::as_bytes),
+                };
+                w.out.push(b'"');
+                serde_json::to_writer(&mut w, v).expect(WHY);
+                if w.same.is_some_and(<[u8]>::is_empty) {
+                    return None;
+                }
+                w.out.push(b'"');
+                // serde_json writes UTF-8, and escaping adds only ASCII.
+                let text = String::from_utf8(w.out).expect("JSON is UTF-8");
+                Some(OpValue::Json(text.into_boxed_str()))
+            }
+            Form::Apply => {
+                let text = serde_json::to_string(v).expect(WHY);
+                (same != Some(text.as_str())).then_some(OpValue::Tree(Value::String(text)))
+            }
+        }
+    }
+
+    /// An object of `members`, in their order, as a value of this patch.
+    pub fn object<'k>(&self, members: impl IntoIterator<Item = (&'k str, OpValue)>) -> OpValue {
+        match self.form {
+            Form::Wire => {
+                let mut out = vec![b'{'];
+                for (i, (key, value)) in members.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.push(b'"');
+                    escape_into(&mut out, key.as_bytes());
+                    out.extend_from_slice(b"\":");
+                    value.write(&mut out);
+                }
+                out.push(b'}');
+                let text = String::from_utf8(out).expect("JSON is UTF-8");
+                OpValue::Json(text.into_boxed_str())
+            }
+            Form::Apply => OpValue::Tree(Value::Object(
+                members
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.into_tree()))
+                    .collect(),
+            )),
+        }
+    }
+
+    /// `add` of `value` (made by this builder) at `path`.
+    pub fn push(&mut self, path: PointerBuf, value: OpValue) {
+        self.ops.push(AddOp { path, value });
+    }
+
     /// `add` of `v` at `path` (on an existing map member, RFC 6902 `add` replaces it).
     pub fn add<T: Serialize>(&mut self, path: PointerBuf, v: &T) {
-        self.0.push(AddOp {
-            path,
-            value: value(v),
-        });
+        let value = self.value(v);
+        self.push(path, value);
     }
 
     /// Inserts `item` at `index` of the list at `list`.
@@ -147,19 +408,20 @@ impl PatchBuilder {
         }
     }
 
-    /// Appends the operations of `other`.
+    /// Appends the operations of `other` (a builder of the same form).
     pub fn append(&mut self, other: PatchBuilder) {
-        self.0.extend(other.0);
+        debug_assert_eq!(self.form, other.form, "one patch, one form");
+        self.ops.extend(other.ops);
     }
 
     /// True when there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.ops.is_empty()
     }
 
     /// The patch.
     pub fn finish(self) -> JsonPatch {
-        JsonPatch(self.0)
+        JsonPatch(self.ops)
     }
 }
 
@@ -168,14 +430,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn apply(mut doc: serde_json::Value, b: PatchBuilder) -> serde_json::Value {
-        json_patch::patch(&mut doc, &b.finish().to_patch()).unwrap();
-        doc
-    }
+    const FORMS: [Form; 2] = [Form::Wire, Form::Apply];
 
-    #[test]
-    fn lists_are_extended_in_place_or_added_whole_and_keys_escaped() {
-        let mut b = PatchBuilder::default();
+    fn sample(form: Form) -> PatchBuilder {
+        let mut b = PatchBuilder::new(form);
         b.extend(
             pointer(["spec", "volumes"]),
             Some(1),
@@ -189,51 +447,127 @@ mod tests {
         b.extend::<serde_json::Value>(pointer(["spec", "x"]), None, &[]);
         b.insert(&pointer(["spec", "env"]), 0, &json!({"name": "H"}));
         b.add(pointer(["metadata", "annotations", "x/y~z"]), &"1");
-        let ops = serde_json::to_value(JsonPatch(b.0.clone()).to_patch()).unwrap();
-        assert_eq!(
-            ops.as_array().unwrap().len(),
-            4,
-            "the empty extension adds nothing"
-        );
-        assert_eq!(ops[3]["path"], "/metadata/annotations/x~1y~0z");
-        let out = apply(
-            json!({"metadata": {"annotations": {}}, "spec": {"volumes": [{"name": "a"}], "env": [{"name": "X"}]}}),
-            b,
-        );
-        assert_eq!(
-            out,
-            json!({"metadata": {"annotations": {"x/y~z": "1"}},
-                   "spec": {"volumes": [{"name": "a"}, {"name": "b"}], "env": [{"name": "H"}, {"name": "X"}],
-                            "initContainers": [{"name": "s"}]}})
-        );
+        b
     }
 
     #[test]
-    fn the_json_written_is_json_patchs_to_the_byte() {
-        let mut b = PatchBuilder::default();
-        for key in [
-            "plain",
-            "quote\"back\\slash",
-            "tab\tnew\nline\u{1}",
-            "ünïcode/~",
-            "",
-        ] {
-            b.add(pointer(["metadata", "annotations", key]), &key);
+    fn lists_are_extended_in_place_or_added_whole_and_keys_escaped() {
+        for form in FORMS {
+            let patch = sample(form).finish();
+            let ops = serde_json::to_value(patch.to_patch()).unwrap();
+            assert_eq!(
+                ops.as_array().unwrap().len(),
+                4,
+                "the empty extension adds nothing"
+            );
+            assert_eq!(ops[3]["path"], "/metadata/annotations/x~1y~0z");
+            let doc = json!({"metadata": {"annotations": {}}, "spec": {"volumes": [{"name": "a"}], "env": [{"name": "X"}]}});
+            let want = json!({"metadata": {"annotations": {"x/y~z": "1"}},
+                   "spec": {"volumes": [{"name": "a"}, {"name": "b"}], "env": [{"name": "H"}, {"name": "X"}],
+                            "initContainers": [{"name": "s"}]}});
+            let mut by_json_patch = doc.clone();
+            json_patch::patch(&mut by_json_patch, &patch.to_patch()).unwrap();
+            assert_eq!(by_json_patch, want, "{form:?}");
+            let mut applied = doc.clone();
+            patch.apply(&mut applied).unwrap();
+            assert_eq!(applied, want, "{form:?}");
+            let mut moved = doc;
+            patch.apply_into(&mut moved).unwrap();
+            assert_eq!(moved, want, "{form:?}");
         }
-        b.extend(
-            pointer(["spec", "volumes"]),
-            Some(2),
-            &[json!({"name": "v", "n": 1.5})],
-        );
-        let patch = b.finish();
-        let mut raw = Vec::new();
-        patch.write_json(&mut raw);
-        assert_eq!(raw, serde_json::to_vec(&patch.to_patch()).unwrap());
-        assert_eq!(raw.len(), patch.json_len());
+    }
+
+    #[test]
+    fn the_json_written_is_json_patchs_to_the_byte_in_either_form() {
+        let mut written = Vec::new();
+        for form in FORMS {
+            let mut b = PatchBuilder::new(form);
+            for key in [
+                "plain",
+                "quote\"back\\slash",
+                "tab\tnew\nline\u{1}\u{7f}",
+                "ünïcode/~",
+                "",
+            ] {
+                b.add(pointer(["metadata", "annotations", key]), &key);
+            }
+            b.extend(
+                pointer(["spec", "volumes"]),
+                Some(2),
+                &[json!({"name": "v", "n": 1.5, "a": [true, null]})],
+            );
+            let status = b.json_string(&json!({"z": "a\"b", "a": ["\\", "é\n"]}), None);
+            b.push(pointer(["metadata", "annotations", "s"]), status.unwrap());
+            let map = b.object([("k\"", b.value(&"v")), ("a", b.value(&json!({"b": 1})))]);
+            b.push(pointer(["metadata"]), map);
+            let patch = b.finish();
+            let mut raw = Vec::new();
+            patch.write_json(&mut raw);
+            assert_eq!(
+                raw,
+                serde_json::to_vec(&patch.to_patch()).unwrap(),
+                "{form:?}"
+            );
+            assert_eq!(raw.len(), patch.json_len(), "{form:?}");
+            written.push(raw);
+        }
+        assert_eq!(written[0], written[1], "both forms write the same bytes");
         let empty = JsonPatch::default();
         let mut raw = Vec::new();
         empty.write_json(&mut raw);
         assert_eq!(raw, b"[]");
         assert_eq!(empty.json_len(), 2);
+    }
+
+    #[test]
+    fn a_json_string_is_the_json_as_text_and_none_when_already_there() {
+        let v =
+            json!({"mode": "sidecar", "q": "say \"hi\"\\", "ctl": "\u{0}\u{1f}\t", "u": "日本"});
+        let text = serde_json::to_string(&v).unwrap();
+        for form in FORMS {
+            let b = PatchBuilder::new(form);
+            let value = b.json_string(&v, None).unwrap();
+            let mut out = Vec::new();
+            value.write(&mut out);
+            assert_eq!(out, serde_json::to_vec(&text).unwrap(), "{form:?}");
+            assert_eq!(value.into_tree(), json!(text), "{form:?}");
+            assert!(b.json_string(&v, Some(&text)).is_none(), "{form:?}");
+            // A prefix, a longer text, another text: all differ.
+            for other in [&text[..text.len() - 1], &format!("{text} "), "{}", ""] {
+                assert!(
+                    b.json_string(&v, Some(other)).is_some(),
+                    "{form:?} {other:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn apply_accepts_and_refuses_what_json_patch_does() {
+        let doc = json!({"a": {"l": [1, 2]}, "s": "x"});
+        for path in [
+            "/a/l/0", "/a/l/2", "/a/l/-", "/a/l/3", "/a/l/01", "/a/l/x", "/a/m", "/a/l/0/z",
+            "/b/c", "/s/t", "",
+        ] {
+            let path = PointerBuf::parse(path).unwrap();
+            for form in FORMS {
+                let mut b = PatchBuilder::new(form);
+                b.add(path.clone(), &json!({"new": true}));
+                let patch = b.finish();
+                let mut theirs = doc.clone();
+                let want = json_patch::patch(&mut theirs, &patch.to_patch());
+                let mut ours = doc.clone();
+                let got = patch.apply(&mut ours);
+                assert_eq!(
+                    got.is_ok(),
+                    want.is_ok(),
+                    "{path} {form:?}: {got:?} {want:?}"
+                );
+                match got {
+                    Ok(()) => assert_eq!(ours, theirs, "{path} {form:?}"),
+                    Err(e) => assert!(e.contains(path.as_str()), "{path}: the error names it"),
+                }
+            }
+        }
     }
 }

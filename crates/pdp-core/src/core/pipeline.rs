@@ -9,7 +9,7 @@ use crate::config::{Config, Mode, Profile, PssLevel};
 use crate::core::decide::{
     StatusDoubt, forged_status, missing_wiring, plan_profile, pod_profiles, status_key,
 };
-use crate::core::patch::JsonPatch;
+use crate::core::patch::{Form, JsonPatch};
 use crate::core::render::{Wiring, app_env, render, tls_applies};
 use crate::core::view::{PodView, pod_json};
 use crate::core::{Decision, Denial, NamespaceInfo, Plan, Reason, Status, Warning, decide};
@@ -79,16 +79,25 @@ impl Outcome {
 
 /// Decides and renders for one Pod, given as its JSON, in one namespace: the webhook's path.
 pub fn inject_json(pod: &str, ns: &NamespaceInfo, config: &Config) -> Outcome {
+    inject_json_as(pod, ns, config, Form::Wire)
+}
+
+fn inject_json_as(pod: &str, ns: &NamespaceInfo, config: &Config, form: Form) -> Outcome {
     match PodView::parse(pod) {
-        Ok(view) => inject_view(&view, ns, config),
+        Ok(view) => inject_view_as(&view, ns, config, form),
         Err(e) => Outcome::Denied(Denial::invalid_object(e)),
     }
 }
 
-/// Decides and renders for one typed Pod (the offline command, tests): through its JSON, so exactly the
-/// webhook's path.
+/// Decides and renders for one typed Pod (tests, `check`): through its JSON, so exactly the webhook's path.
 pub fn inject(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Outcome {
-    inject_json(&pod_json(pod), ns, config)
+    inject_as(pod, ns, config, Form::Wire)
+}
+
+/// [`inject`] with the patch's values in `form`: [`Form::Apply`] for a caller that applies the patch (the
+/// offline command).
+pub fn inject_as(pod: &Pod, ns: &NamespaceInfo, config: &Config, form: Form) -> Outcome {
+    inject_json_as(&pod_json(pod), ns, config, form)
 }
 
 /// Containers and init containers together that a Pod may have to be wired. Real Pods have a handful (a
@@ -102,8 +111,18 @@ pub const MAX_PATCH_OPS: usize = 4096;
 /// Bytes one wiring's patch may take as JSON (the response carries it in base64, a third more).
 pub const MAX_PATCH_BYTES: usize = 1024 * 1024;
 
-/// Decides and renders for the view of a Pod.
+/// Decides and renders for the view of a Pod (the webhook's answer copies the patch).
 pub fn inject_view(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Outcome {
+    inject_view_as(pod, ns, config, Form::Wire)
+}
+
+/// [`inject_view`] with the patch's values in `form`.
+pub fn inject_view_as(
+    pod: &PodView<'_>,
+    ns: &NamespaceInfo,
+    config: &Config,
+    form: Form,
+) -> Outcome {
     let plan = match decide(pod, ns, config) {
         Decision::Skip(reason, warnings) => return Outcome::Skipped { reason, warnings },
         Decision::Deny(denial) => return Outcome::Denied(denial),
@@ -116,17 +135,30 @@ pub fn inject_view(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Ou
             "the Pod has {containers} containers and init containers, more than {MAX_CONTAINERS}"
         )));
     }
-    wire(pod, plan, config)
+    wire(pod, plan, config, form)
 }
 
-/// Renders a plan that [`decide`] made for `pod`, then each further profile the Pod lists.
-pub fn wire(pod: &PodView<'_>, plan: Plan, config: &Config) -> Outcome {
+/// Renders a plan that [`decide`] made for `pod`, then each further profile the Pod lists; the patch's values in
+/// `form`.
+pub fn wire(pod: &PodView<'_>, plan: Plan, config: &Config, form: Form) -> Outcome {
+    // The list as the Pod gives it; decide has checked it. A re-wiring's first profile is the recorded one.
+    let listed = pod_profiles(pod, config).unwrap_or_default();
+    // Further profiles are rendered against the Pod with the patch so far applied: its values as trees, so that
+    // applying it parses nothing back (they are written as the same bytes).
+    let form = if listed.len() > 1 { Form::Apply } else { form };
     let rendered =
-        match plan_profile(pod, &plan, config).and_then(|p| render(pod, &plan, p, config)) {
+        match plan_profile(pod, &plan, config).and_then(|p| render(pod, &plan, p, config, form)) {
             Ok(r) => r,
             Err(denial) => return Outcome::Denied(denial),
         };
-    let (patch, warnings) = match wire_more(rendered.patch, rendered.warnings, pod, &plan, config) {
+    let (patch, warnings) = match wire_more(
+        rendered.patch,
+        rendered.warnings,
+        pod,
+        &listed,
+        &plan,
+        config,
+    ) {
         Ok(r) => r,
         Err(denial) => return Outcome::Denied(denial),
     };
@@ -244,19 +276,16 @@ fn wire_more(
     first: JsonPatch,
     mut warnings: Vec<Warning>,
     input: &PodView<'_>,
+    listed: &[String],
     plan: &Plan,
     config: &Config,
 ) -> Result<(JsonPatch, Vec<Warning>), Denial> {
-    // The list as the Pod gives it; decide has checked it. A re-wiring's first profile is the recorded one.
-    let Ok(listed) = pod_profiles(input, config) else {
-        return Ok((first, warnings));
-    };
     if listed.len() < 2 {
         return Ok((first, warnings));
     }
     let internal = Denial::invalid_object;
     let mut current = sections(input);
-    json_patch::patch(&mut current, &first.to_patch()).map_err(|e| internal(e.to_string()))?;
+    first.apply(&mut current).map_err(internal)?;
     let mut ops = first.0;
     let mut done: Vec<&str> = vec![plan.profile.as_str()];
     for name in listed.iter().filter(|p| **p != plan.profile) {
@@ -325,7 +354,13 @@ fn wire_more(
         }
         let json = lent.to_string();
         let view = PodView::parse(&json).map_err(internal)?;
-        let out = render(&view, &sub, plan_profile(&view, &sub, config)?, config)?;
+        let out = render(
+            &view,
+            &sub,
+            plan_profile(&view, &sub, config)?,
+            config,
+            Form::Apply,
+        )?;
         // Pointers from their tokens (RFC 6901 escapes `~` and `/`), as every other path of the patch.
         let status_path = super::patch::pointer(["metadata", "annotations", ANNOTATION_STATUS]);
         let own_path = super::patch::pointer(["metadata", "annotations", key.as_str()]);
@@ -335,7 +370,7 @@ fn wire_more(
                 op.path = own_path.clone();
             }
         }
-        json_patch::patch(&mut current, &moved.to_patch()).map_err(|e| internal(e.to_string()))?;
+        moved.apply(&mut current).map_err(internal)?;
         ops.extend(moved.0);
         warnings.extend(out.warnings);
     }
@@ -411,7 +446,8 @@ fn clash(a: &Profile, b: &Profile, mode: Mode, pss: PssLevel) -> Option<String> 
 /// `pod` with `patch` applied, as the apiserver would store it (the offline command and tests show it).
 pub fn patched(pod: &Pod, patch: &JsonPatch) -> Result<Pod, String> {
     let mut doc = serde_json::to_value(pod).map_err(|e| e.to_string())?;
-    json_patch::patch(&mut doc, &patch.to_patch())
+    patch
+        .apply(&mut doc)
         .map_err(|e| format!("the patch does not apply: {e}"))?;
     serde_json::from_value(doc).map_err(|e| format!("the patched object is not a Pod: {e}"))
 }

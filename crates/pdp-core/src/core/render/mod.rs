@@ -22,7 +22,7 @@ use sidecar::{Classic, classic_sidecar};
 use volumes::{ensure_mount, ensure_volume, mtls_volume, socket_volume, tls_volume};
 
 use crate::config::{Config, HostField, Mode, NodeAddressFamily, Placement, Profile, SocketBy};
-use crate::core::patch::{JsonPatch, PatchBuilder, pointer};
+use crate::core::patch::{Form, JsonPatch, OpValue, PatchBuilder, pointer};
 use crate::core::view::{MountEntry, PodView, SpecView, parse_list, volume_entries};
 use crate::core::{Denial, Plan, Reason, Status, Warning, WarningCode};
 use crate::names::*;
@@ -89,12 +89,14 @@ fn invalid(message: String) -> Denial {
 /// Renders `plan` for `pod` with its `profile` (resolved, and the plan judged possible, by
 /// [`decide::plan_profile`](crate::core::decide::plan_profile)). Each step is a function: the wiring of the
 /// app containers, the PDP container, the volumes, the app containers' variables and mounts, the PDP's place,
-/// the status and annotations. The denials left here are collisions with what the Pod already has.
+/// the status and annotations. The denials left here are collisions with what the Pod already has. The patch's
+/// values are kept in `form`, the caller's use of it.
 pub fn render(
     pod: &PodView<'_>,
     plan: &Plan,
     profile: &Profile,
     config: &Config,
+    form: Form,
 ) -> Result<Rendered, Denial> {
     let spec = pod.spec.as_ref().ok_or_else(|| Denial {
         reason: Reason::InvalidObject,
@@ -107,7 +109,7 @@ pub fn render(
     let mut pdp = pdp_container(spec, plan, profile, config);
     let volumes = pod_volumes(pod, spec, plan, profile, wiring, socket, pdp.as_mut())?;
     let ours = app_env(profile, wiring);
-    let mut containers_ops = PatchBuilder::default();
+    let mut containers_ops = PatchBuilder::new(form);
     let wired = wire_app_containers(
         pod,
         plan,
@@ -134,7 +136,7 @@ pub fn render(
         &ours,
         &warnings,
     );
-    let mut gate_ops = PatchBuilder::default();
+    let mut gate_ops = PatchBuilder::new(form);
     if let Some(gate) = gate {
         status.gate = Some(gate.name.clone());
         // First: the app's own init containers may call the PDP too.
@@ -145,7 +147,7 @@ pub fn render(
         }
     }
 
-    let mut patch = PatchBuilder::default();
+    let mut patch = PatchBuilder::new(form);
     if plan.previous.is_none() || !wired.is_empty() {
         annotate(pod, &status, &volumes.added, classic_added, &mut patch);
     }
@@ -496,7 +498,7 @@ fn place_pdp(
 ) -> Result<Placed, Denial> {
     let mut placed = Placed {
         sidecar: None,
-        init_ops: PatchBuilder::default(),
+        init_ops: PatchBuilder::new(containers_ops.form()),
         share_processes: false,
     };
     let Some(PdpContainer { container, classic }) = pdp else {
@@ -605,10 +607,12 @@ fn annotate(
     classic_added: bool,
     patch: &mut PatchBuilder,
 ) {
-    let mut changed: BTreeMap<&str, String> = BTreeMap::new();
-    let status_json = serde_json::to_string(status).expect("status serializes");
-    if pod.annotation(ANNOTATION_STATUS) != Some(status_json.as_str()) {
-        changed.insert(ANNOTATION_STATUS, status_json);
+    // Sorted by key, as the map a missing `annotations` is added as.
+    let mut changed: BTreeMap<&str, OpValue> = BTreeMap::new();
+    // The status's JSON is written once, escaped as the annotation's string as it goes, and compared with the
+    // value already there on the way.
+    if let Some(value) = patch.json_string(status, pod.annotation(ANNOTATION_STATUS)) {
+        changed.insert(ANNOTATION_STATUS, value);
     }
     if added_volumes.iter().any(|v| v == VOLUME_SOCKET) {
         let mut entry = pod
@@ -620,7 +624,7 @@ fn annotate(
                 entry.push(',');
             }
             entry.push_str(VOLUME_SOCKET);
-            changed.insert(ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES, entry);
+            changed.insert(ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES, patch.value(&entry));
         }
     }
     // A classic sidecar is first among the containers, where `kubectl logs` and `exec` would pick it.
@@ -628,22 +632,23 @@ fn annotate(
         && pod.annotation(ANNOTATION_DEFAULT_CONTAINER).is_none()
         && let Some(first) = pod.containers().first()
     {
-        changed.insert(
-            ANNOTATION_DEFAULT_CONTAINER,
-            first.name.as_str().to_string(),
-        );
+        changed.insert(ANNOTATION_DEFAULT_CONTAINER, patch.value(&first.name));
     }
     let meta = pod.metadata.as_ref();
     match (meta, meta.and_then(|m| m.annotations.as_ref())) {
         _ if changed.is_empty() => {}
-        (None, _) => patch.add(
-            pointer(["metadata"]),
-            &BTreeMap::from([("annotations", &changed)]),
-        ),
-        (Some(_), None) => patch.add(pointer(["metadata", "annotations"]), &changed),
+        (None, _) => {
+            let annotations = patch.object(changed);
+            let metadata = patch.object([("annotations", annotations)]);
+            patch.push(pointer(["metadata"]), metadata);
+        }
+        (Some(_), None) => {
+            let annotations = patch.object(changed);
+            patch.push(pointer(["metadata", "annotations"]), annotations);
+        }
         (Some(_), Some(_)) => {
-            for (key, value) in &changed {
-                patch.add(pointer(["metadata", "annotations", key]), value);
+            for (key, value) in changed {
+                patch.push(pointer(["metadata", "annotations", key]), value);
             }
         }
     }
