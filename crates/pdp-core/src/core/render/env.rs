@@ -47,29 +47,14 @@ pub fn app_env(profile: &Profile, wiring: Wiring) -> Vec<EnvVar> {
         let port = profile.address_port;
         env.push(match mode {
             Mode::Sidecar | Mode::Central => value(&names.host, "127.0.0.1".into()),
-            Mode::Daemonset => EnvVar {
-                name: names.host.clone(),
-                value: None,
-                value_from: Some(EnvVarSource {
-                    field_ref: Some(ObjectFieldSelector {
-                        api_version: Some("v1".into()),
-                        field_path: profile.host_field.field_path().into(),
-                    }),
-                    ..Default::default()
-                }),
-            },
+            Mode::Daemonset => node_host_var(profile),
         });
         if let Some(port_name) = &names.port {
             env.push(value(port_name, port.to_string()));
         }
-        // The kubelet expands `$(HOST)` and cannot add brackets on its own: an IPv6 node address gets them
-        // here. A node name (`spec.nodeName`) is a DNS name and never takes them.
-        let bracketed =
-            wiring.family == NodeAddressFamily::IPv6 && profile.host_field == HostField::HostIp;
         let address = |var: &str, port: u16| match mode {
             Mode::Sidecar | Mode::Central => value(var, format!("127.0.0.1:{port}")),
-            Mode::Daemonset if bracketed => value(var, format!("[$({})]:{port}", names.host)),
-            Mode::Daemonset => value(var, format!("$({}):{port}", names.host)),
+            Mode::Daemonset => value(var, node_address(profile, wiring.family, port)),
         };
         env.push(address(&names.address, port));
         if let (Some(var), Some(http_port), true) =
@@ -95,6 +80,32 @@ pub fn app_env(profile: &Profile, wiring: Wiring) -> Vec<EnvVar> {
     }
     env.extend(profile.app_env.iter().cloned());
     env
+}
+
+/// The node's address variable of daemonset mode, from the Downward API field the profile names.
+pub(super) fn node_host_var(profile: &Profile) -> EnvVar {
+    EnvVar {
+        name: profile.env_names.host.clone(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                api_version: Some("v1".into()),
+                field_path: profile.host_field.field_path().into(),
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+/// `$(HOST):port` on the node, as the kubelet expands it. It cannot add brackets on its own: an IPv6 node
+/// address gets them here. A node name (`spec.nodeName`) is a DNS name and never takes them.
+pub(super) fn node_address(profile: &Profile, family: NodeAddressFamily, port: u16) -> String {
+    let host = &profile.env_names.host;
+    if family == NodeAddressFamily::IPv6 && profile.host_field == HostField::HostIp {
+        format!("[$({host})]:{port}")
+    } else {
+        format!("$({host}):{port}")
+    }
 }
 
 /// What makes two variables the same for rendering: the value, or the field a value comes from.

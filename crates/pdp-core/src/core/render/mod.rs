@@ -16,12 +16,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Container, EnvVar, Volume, VolumeMount};
 
 pub use env::app_env;
-use env::{ensure_env, relevant_env};
+use env::{ensure_env, node_address, node_host_var, relevant_env};
 pub use sidecar::sidecar_container;
-use sidecar::{Classic, classic_sidecar};
+use sidecar::{Classic, classic_sidecar, helper_container};
 use volumes::{ensure_mount, ensure_volume, mtls_volume, socket_volume, tls_volume};
 
-use crate::config::{Config, HostField, Mode, NodeAddressFamily, Placement, Profile, SocketBy};
+use crate::config::{Config, Mode, NodeAddressFamily, Placement, Profile, SocketBy};
 use crate::core::patch::{Form, JsonPatch, OpValue, PatchBuilder, pointer};
 use crate::core::view::{MountEntry, PodView, SpecView, parse_list, volume_entries};
 use crate::core::{Denial, Plan, Reason, Status, Warning, WarningCode};
@@ -241,37 +241,27 @@ fn gate_container(
              until its node's PDP answers (the profile's awaitNode): rename that container"
         )));
     }
-    let ours = app_env(profile, Wiring::of(profile, Mode::Daemonset, false));
-    let host = &profile.env_names.host;
-    let host_var = ours.iter().find(|e| &e.name == host).cloned();
-    let bracketed = config.node_address_family == NodeAddressFamily::IPv6
-        && profile.host_field == HostField::HostIp;
-    let (port, path) = (profile.health.port, &profile.health.path);
-    let target = if bracketed {
-        format!("[$({host})]:{port}{path}")
-    } else {
-        format!("$({host}):{port}{path}")
-    };
+    let target = format!(
+        "{}{}",
+        node_address(profile, config.node_address_family, profile.health.port),
+        profile.health.path
+    );
     Ok(Some(Container {
-        name: INIT_AWAIT.into(),
-        image: Some(config.tools_image.clone()),
-        image_pull_policy: Some("IfNotPresent".into()),
+        env: Some(vec![node_host_var(profile)]),
         // Bounded: past it the container fails and the kubelet starts it again after its back-off (a Pod that
         // never restarts fails instead of starting without its PDP).
-        command: Some(vec![
-            TOOLS_BINARY_IN_IMAGE.into(),
-            "wait".into(),
-            "--http".into(),
-            target,
-            "--timeout".into(),
-            "300s".into(),
-        ]),
-        env: host_var.map(|v| vec![v]),
-        resources: Some(sidecar::helper_resources()),
-        security_context: Some(crate::config::restricted_security_context(Some(65532))),
-        termination_message_path: Some("/dev/termination-log".into()),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        ..Default::default()
+        ..helper_container(
+            INIT_AWAIT,
+            config,
+            vec![
+                TOOLS_BINARY_IN_IMAGE.into(),
+                "wait".into(),
+                "--http".into(),
+                target,
+                "--timeout".into(),
+                "300s".into(),
+            ],
+        )
     }))
 }
 

@@ -180,43 +180,35 @@ pub(super) fn classic_sidecar(
         // absence of every app process means the apps have ended for good.
         let grace = if on_failure { "330s" } else { "0s" };
         watch = Some(Container {
-            name: format!("{WATCH_PREFIX}{}", container.name),
-            image: Some(config.tools_image.clone()),
-            image_pull_policy: Some("IfNotPresent".into()),
-            command: Some(vec![
-                TOOLS_BINARY_IN_IMAGE.into(),
-                "watch".into(),
-                format!("--state={STATE_DIR}"),
-                format!("--stop={stop}"),
-                format!("--grace={grace}"),
-            ]),
-            resources: Some(helper_resources()),
-            security_context: Some(restricted_security_context(Some(65532))),
             volume_mounts: Some(vec![state_mount]),
-            termination_message_path: Some("/dev/termination-log".into()),
-            termination_message_policy: Some("FallbackToLogsOnError".into()),
-            ..Default::default()
+            ..helper_container(
+                &format!("{WATCH_PREFIX}{}", container.name),
+                config,
+                vec![
+                    TOOLS_BINARY_IN_IMAGE.into(),
+                    "watch".into(),
+                    format!("--state={STATE_DIR}"),
+                    format!("--stop={stop}"),
+                    format!("--grace={grace}"),
+                ],
+            )
         });
     }
     let init = Container {
-        name: INIT_TOOLS.into(),
-        image: Some(config.tools_image.clone()),
-        image_pull_policy: Some("IfNotPresent".into()),
-        command: Some(vec![
-            TOOLS_BINARY_IN_IMAGE.into(),
-            "install".into(),
-            TOOLS_DIR.into(),
-        ]),
-        resources: Some(helper_resources()),
-        security_context: Some(restricted_security_context(Some(65532))),
         volume_mounts: Some(vec![VolumeMount {
             name: VOLUME_TOOLS.into(),
             mount_path: TOOLS_DIR.into(),
             ..Default::default()
         }]),
-        termination_message_path: Some("/dev/termination-log".into()),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        ..Default::default()
+        ..helper_container(
+            INIT_TOOLS,
+            config,
+            vec![
+                TOOLS_BINARY_IN_IMAGE.into(),
+                "install".into(),
+                TOOLS_DIR.into(),
+            ],
+        )
     };
     Classic {
         init,
@@ -225,8 +217,24 @@ pub(super) fn classic_sidecar(
     }
 }
 
+/// A container of the project's own image running `pdp-await` (the classic sidecar's init and watch containers,
+/// the start-up gate): small, restricted, as a non-root user.
+pub(super) fn helper_container(name: &str, config: &Config, command: Vec<String>) -> Container {
+    Container {
+        name: name.into(),
+        image: Some(config.tools_image.clone()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(command),
+        resources: Some(helper_resources()),
+        security_context: Some(restricted_security_context(Some(65532))),
+        termination_message_path: Some("/dev/termination-log".into()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Default::default()
+    }
+}
+
 /// What the helper containers (the init container that copies `pdp-await`, the watch container) ask for.
-pub(super) fn helper_resources() -> k8s_openapi::api::core::v1::ResourceRequirements {
+fn helper_resources() -> k8s_openapi::api::core::v1::ResourceRequirements {
     k8s_openapi::api::core::v1::ResourceRequirements {
         requests: Some(BTreeMap::from([
             ("cpu".to_string(), Quantity("10m".into())),
