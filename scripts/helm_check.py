@@ -253,6 +253,8 @@ def main():
         ("unknown key", ["webhook.replica=3"], ["'/webhook': additional properties 'replica' not allowed"]),
         ("wrong type", ["webhook.replicas=two"], ["'/webhook/replicas': got string, want integer"]),
         ("wrong certificates", ["webhook.certificates=vault"], ["'/webhook/certificates': value must be one of"]),
+        ("a client identity that is no SPIFFE ID", ["pdp.nodeLocal.tls.clientIds={shop}"],
+         ["'/pdp/nodeLocal/tls/clientIds/0'"]),
     ]
     renderings = [(f, v) for f in ci_files for v in ("1.33.0", "1.20.2")] + [(None, "1.33.0")]
     overlays = sorted({o for _, _, o in EQUIVALENT})
@@ -428,6 +430,10 @@ def check_options(objs, objs20):
              "/var/lib/k0s/kubelet/pods", "/var/lib/k0s/kubelet/plugins/csi.pdp-injector.io",
              "/var/lib/k0s/kubelet/plugins_registry", "/var/run/cerbos"},
          "nodeLocal.csi.kubeletDir on the plugin's paths and flag")
+    want(front["containers"][0]["args"][-3:] == [
+        "--tls-client-ca=/etc/pdp-node-front/client-ca/ca.crt",
+        "--tls-client-id=spiffe://cluster.local/ns/shop/sa/*",
+        "--tls-client-id=spiffe://cluster.local/ns/billing/sa/invoices"], "nodeLocal.tls.clientIds on the front")
     inj = "mirror.example.com/pdp-injector/pdp-injector@sha256:" + "0" * 63 + "2"
     cer = "mirror.example.com/cerbos/cerbos@sha256:" + "0" * 63 + "1"
     want(web["template"]["spec"]["containers"][0]["image"] == inj and front["containers"][0]["image"] == inj,

@@ -162,6 +162,23 @@ def check_cert_manager(cm, docs):
         ca = d["spec"].get("ca")
         if ca and kind == "Issuer" and (ns, ca.get("secretName")) not in secrets_issued:
             errors.append(f"{ident(d)}: CA Secret {ns}/{ca.get('secretName')} is issued by no Certificate in the overlay")
+    # A server certificate comes from a namespaced Issuer whose CA no ClusterIssuer signs with: whoever may
+    # create a Certificate naming a ClusterIssuer (any namespace) must not be able to mint a server's name
+    # (SECURITY.md, the front's two CAs).
+    cluster_cas = {(d["spec"].get("ca") or {}).get("secretName") for (kind, _, _), d in issuers.items()
+                   if kind == "ClusterIssuer"}
+    for (ns, name), d in certs.items():
+        if "server auth" not in (d["spec"].get("usages") or []):
+            continue
+        ref = d["spec"].get("issuerRef") or {}
+        if ref.get("kind", "Issuer") != "Issuer":
+            errors.append(f"{ident(d)}: a server certificate issued by ClusterIssuer {ref.get('name')}: anyone who "
+                          "may name that ClusterIssuer can mint this name; use a namespaced Issuer")
+            continue
+        issuer = issuers.get(("Issuer", ns, ref.get("name")))
+        ca = ((issuer or {}).get("spec") or {}).get("ca") or {}
+        if ca.get("secretName") and ns == "cert-manager" and ca.get("secretName") in cluster_cas:
+            errors.append(f"{ident(d)}: its Issuer signs with the CA of a ClusterIssuer")
     for d in docs:
         ann = (d.get("metadata") or {}).get("annotations") or {}
         ref = ann.get("cert-manager.io/inject-ca-from")

@@ -1189,3 +1189,83 @@ fn the_pdp_daemonsets_limit_holds_every_connection_the_front_may_serve() {
         size(&cerbos, "limits")
     );
 }
+
+/// Issue 29, point 3: the front's server name is obtainable only in pdp-node, apps trust only that CA, and the
+/// front trusts only the client CA, which the apps' ClusterIssuer signs with.
+#[test]
+fn the_fronts_server_name_and_the_apps_client_certificates_have_separate_cas() {
+    if !can_render() {
+        return;
+    }
+    let docs = rendered("daemonset-tls");
+    let cert = |name: &str| {
+        find(&docs, "Certificate", name).unwrap_or_else(|| panic!("no Certificate {name}"))
+    };
+    // The front's certificate: from a namespaced Issuer of pdp-node, whose CA is self-signed there.
+    let front = cert("pdp-node-front-tls");
+    assert_eq!(front["metadata"]["namespace"], "pdp-node");
+    assert_eq!(front["spec"]["issuerRef"]["kind"], "Issuer");
+    let issuer = find(
+        &docs,
+        "Issuer",
+        front["spec"]["issuerRef"]["name"].as_str().unwrap(),
+    )
+    .expect("the front's Issuer is installed");
+    assert_eq!(issuer["metadata"]["namespace"], "pdp-node");
+    let server_ca_secret = issuer["spec"]["ca"]["secretName"].as_str().unwrap();
+    let server_ca = docs
+        .iter()
+        .find(|d| d["kind"] == "Certificate" && d["spec"]["secretName"] == server_ca_secret)
+        .expect("the server CA's Certificate");
+    assert_eq!(server_ca["metadata"]["namespace"], "pdp-node");
+    assert_eq!(server_ca["spec"]["isCA"], true);
+    // No ClusterIssuer signs with the server CA; every server certificate comes from a namespaced Issuer.
+    for d in docs.iter().filter(|d| d["kind"] == "ClusterIssuer") {
+        assert_ne!(d["spec"]["ca"]["secretName"], server_ca_secret, "{d}");
+    }
+    for d in docs.iter().filter(|d| d["kind"] == "Certificate") {
+        let usages = strings(&d["spec"]["usages"]);
+        if usages.iter().any(|u| u == "server auth") {
+            assert_eq!(d["spec"]["issuerRef"]["kind"], "Issuer", "{d}");
+        }
+    }
+    // The front's client CA file: a Secret of pdp-node issued by the apps' ClusterIssuer, not the server CA.
+    let ds = find(&docs, "DaemonSet", "pdp-node-front").unwrap();
+    let args = strings(&ds["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(
+        args.contains(&"--tls-client-ca=/etc/pdp-node-front/client-ca/ca.crt".to_string()),
+        "{args:?}"
+    );
+    let volumes = ds["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap();
+    let client_ca = volumes
+        .iter()
+        .find(|v| v["name"] == "client-ca")
+        .expect("the client CA volume");
+    let secret = client_ca["secret"]["secretName"].as_str().unwrap();
+    let issued = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "Certificate"
+                && d["metadata"]["namespace"] == "pdp-node"
+                && d["spec"]["secretName"] == secret
+        })
+        .expect("the client CA's Secret is issued in pdp-node");
+    assert_eq!(issued["spec"]["issuerRef"]["kind"], "ClusterIssuer");
+    let cluster_issuer = find(
+        &docs,
+        "ClusterIssuer",
+        issued["spec"]["issuerRef"]["name"].as_str().unwrap(),
+    )
+    .expect("the apps' ClusterIssuer");
+    assert_ne!(cluster_issuer["spec"]["ca"]["secretName"], server_ca_secret);
+    // Apps trust the server CA from a ConfigMap, not the Secret's ca.crt (the client CA).
+    let config = find(&docs, "ConfigMap", "pdp-injector-config").unwrap();
+    let config =
+        pdp_core::config::Config::from_yaml(config["data"]["config.yaml"].as_str().unwrap())
+            .expect("the shipped config loads");
+    let tls = config.profiles["cerbos-tls"].tls.as_ref().unwrap();
+    assert_eq!(tls.ca_config_map.as_deref(), Some("pdp-node-ca"));
+    assert!(!tls.keys().contains(&"ca.crt"), "{:?}", tls.keys());
+}

@@ -628,6 +628,36 @@ fn bad_flags_are_clear_errors() {
     }
     let tls = parse(&["--tls-cert", "c", "--tls-key", "k", "--tls-client-ca", "ca"]).unwrap();
     assert!(tls.flags.tls_files().is_some_and(|f| f.client_ca.is_some()));
+    // Client identities: SPIFFE ID patterns, only with a client CA.
+    let ids = parse(&[
+        "--tls-cert",
+        "c",
+        "--tls-key",
+        "k",
+        "--tls-client-ca",
+        "ca",
+        "--tls-client-id",
+        "spiffe://cluster.local/ns/a/sa/*,spiffe://cluster.local/ns/b/sa/c",
+    ])
+    .unwrap();
+    assert_eq!(ids.flags.tls_client_ids.len(), 2);
+    let err = parse(&["--tls-client-id", "spiffe://cluster.local/ns/a/sa/*"])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("required arguments"), "{err}");
+    let err = parse(&[
+        "--tls-cert",
+        "c",
+        "--tls-key",
+        "k",
+        "--tls-client-ca",
+        "ca",
+        "--tls-client-id",
+        "cluster.local/ns/a",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("must start with spiffe://"), "{err}");
     let err = parse(&["--http-port", "3592", "--http-listen", "127.0.0.1:3592"])
         .unwrap_err()
         .to_string();
@@ -748,11 +778,21 @@ mod tls_support {
 
     /// A client certificate (clientAuth) signed by `ca`.
     pub fn client_cert(ca: &Bundle) -> (String, String) {
-        use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, Issuer, KeyPair};
+        client_cert_with_ids(ca, &[])
+    }
+
+    /// A client certificate (clientAuth) signed by `ca` naming the URIs `ids` (SPIFFE IDs) in its SANs.
+    pub fn client_cert_with_ids(ca: &Bundle, ids: &[&str]) -> (String, String) {
+        use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, Issuer, KeyPair, SanType};
         let issuer =
             Issuer::from_ca_cert_pem(&ca.ca_cert_pem, KeyPair::from_pem(&ca.ca_key_pem).unwrap())
                 .unwrap();
         let mut params = CertificateParams::new(vec!["orders.shop".to_string()]).unwrap();
+        for id in ids {
+            params
+                .subject_alt_names
+                .push(SanType::URI((*id).try_into().unwrap()));
+        }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &issuer).unwrap();
@@ -991,6 +1031,68 @@ async fn with_a_client_ca_every_tcp_client_needs_a_certificate_from_it() {
         (stats.tls_failed, stats.instances["pdp-a"].forwarded),
         (3, 3)
     );
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_client_ids_a_certificate_of_the_ca_must_also_name_an_allowed_identity() {
+    use pdp_injector::tls::identity::SpiffeIdPattern;
+    use tls_support::*;
+    let dir = TempDir::new("client-ids");
+    let (server, clients) = (bundle("pdp.node.local"), bundle("clients"));
+    write(&dir, &server, Some(&clients));
+    let a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
+    let mut f = tls_flags(&dir, true);
+    f.http_listen = Some(vec!["127.0.0.1:0".parse().unwrap()]);
+    f.tls_client_ids = vec![
+        SpiffeIdPattern::parse("spiffe://cluster.local/ns/shop/sa/*").unwrap(),
+        SpiffeIdPattern::parse("spiffe://cluster.local/ns/billing/sa/invoices").unwrap(),
+    ];
+    let front = proxy::start(f).await.unwrap();
+    let asks = |id: &[&str]| {
+        let identity = client_cert_with_ids(&clients, id);
+        let connector = h2_client(&server, Some(&identity));
+        let front = &front;
+        async move { ask(front, &connector, "x").await }
+    };
+    // Certificates of the client CA that name no allowed identity: refused in the handshake, nothing forwarded.
+    let mut refused = 0;
+    for ids in [
+        &[][..],
+        &["spiffe://cluster.local/ns/other/sa/default"],
+        &["spiffe://cluster.local/ns/billing/sa/default"],
+        &["spiffe://evil.local/ns/shop/sa/default"],
+        &["https://cluster.local/ns/shop/sa/default"],
+    ] {
+        assert!(asks(ids).await.is_err(), "{ids:?} was served");
+        refused += 1;
+        until(&front, |s| s.tls_failed == refused).await;
+    }
+    assert_eq!(a.connections(), 0);
+    // Allowed identities, alone or next to others: forwarded.
+    for ids in [
+        &["spiffe://cluster.local/ns/shop/sa/checkout"][..],
+        &["spiffe://cluster.local/ns/billing/sa/invoices"],
+        &[
+            "spiffe://cluster.local/ns/other/sa/default",
+            "spiffe://cluster.local/ns/shop/sa/default",
+        ],
+    ] {
+        assert_eq!(asks(ids).await.unwrap(), "a:x", "{ids:?}");
+    }
+    // The HTTP port checks the identity too.
+    let http = front.http_addrs()[0];
+    let stranger = client_cert_with_ids(&clients, &["spiffe://cluster.local/ns/other/sa/x"]);
+    let conn = tls_support::client(&[&server], Some(&stranger), &[b"http/1.1"]);
+    let refused_http =
+        async { ask_on(&mut BufReader::new(connect_to(http, &conn).await?), "h").await };
+    assert!(refused_http.await.is_err());
+    until(&front, |s| s.tls_failed == refused + 1).await;
+    let allowed = client_cert_with_ids(&clients, &["spiffe://cluster.local/ns/shop/sa/web"]);
+    let conn = tls_support::client(&[&server], Some(&allowed), &[b"http/1.1"]);
+    let mut conn = BufReader::new(connect_to(http, &conn).await.unwrap());
+    assert_eq!(ask_on(&mut conn, "h").await.unwrap(), "a:h");
+    assert_eq!(front.stats().instances["pdp-a"].forwarded, 4);
     front.shutdown().await;
 }
 

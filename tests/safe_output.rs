@@ -182,22 +182,50 @@ fn check_pair(input: &Value, output: &Value, config: &Config, ctx: &str) -> usiz
             continue;
         }
         if v["name"] == "pdp-injector-tls" {
-            // The profile's TLS Secret, on the TCP path only, and only the keys an SDK needs.
-            let secret = &v["secret"];
-            let name = secret["secretName"].as_str().unwrap_or("");
-            assert!(
+            // The profile's TLS Secret (and, with caConfigMap, the server CA's ConfigMap), on the TCP path only,
+            // and only the keys an SDK needs: ca.crt from the ConfigMap when a profile names one.
+            let tls_of = |pick: &dyn Fn(&pdp_core::config::TlsSpec) -> Option<&str>, name: &str| {
                 config
                     .profiles
                     .values()
                     .filter_map(|p| p.tls.as_ref())
-                    .any(|t| t.secret_name == name),
-                "{ctx}: TLS volume of Secret {name:?}, which no profile names"
+                    .any(|t| pick(t) == Some(name))
+            };
+            let mut sources = Vec::new();
+            if v.get("secret").is_some() {
+                sources.push(("secret", &v["secret"], &v["secret"]["secretName"]));
+            }
+            for source in v["projected"]["sources"].as_array().into_iter().flatten() {
+                for kind in ["secret", "configMap"] {
+                    if source.get(kind).is_some() {
+                        sources.push((kind, &source[kind], &source[kind]["name"]));
+                    }
+                }
+            }
+            assert!(
+                !sources.is_empty(),
+                "{ctx}: TLS volume without a source: {v}"
             );
-            for item in secret["items"].as_array().expect("TLS keys are listed") {
+            for (kind, source, name) in sources {
+                let name = name.as_str().unwrap_or("");
+                let (named, keys): (bool, &[&str]) = if kind == "secret" {
+                    (
+                        tls_of(&|t| t.secret_name.as_deref(), name),
+                        &["ca.crt", "tls.crt", "tls.key"],
+                    )
+                } else {
+                    (tls_of(&|t| t.ca_config_map.as_deref(), name), &["ca.crt"])
+                };
                 assert!(
-                    ["ca.crt", "tls.crt", "tls.key"].contains(&item["key"].as_str().unwrap_or("")),
-                    "{ctx}: TLS volume projects {item}"
+                    named,
+                    "{ctx}: TLS volume of {kind} {name:?}, which no profile names"
                 );
+                for item in source["items"].as_array().expect("TLS keys are listed") {
+                    assert!(
+                        keys.contains(&item["key"].as_str().unwrap_or("")),
+                        "{ctx}: TLS volume projects {item} from {kind} {name}"
+                    );
+                }
             }
             let status = status.as_ref().expect("an injected Pod has a status");
             assert_ne!(

@@ -1015,17 +1015,28 @@ def openssl(*args, cwd):
         raise Fail(f"openssl {' '.join(args[:2])} failed: {one_line(p.stderr, 500)}")
 
 
-def make_pki(d):
-    """A CA, the front's certificate for SERVER_NAME (serial 1, then 2 for the rotation), an app's client
-    certificate, and a client certificate of another CA: what cert-manager or any PKI would hand out."""
+def make_pki(d, app_ns):
+    """Two CAs as the shipped cert-manager setup has them, and a rogue one: the server CA signs the front's
+    certificate for SERVER_NAME (serial 1, then 2 for the rotation); the client CA signs the app's client
+    certificate (serial 3, naming the SPIFFE ID of app_ns's default ServiceAccount), one of another namespace's
+    identity (5), and one naming the front's name with serverAuth (6: what anyone allowed client certificates
+    could mint); the rogue CA signs a client certificate (4)."""
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    for ca in ("ca", "rogue-ca"):
+    for ca in ("server-ca", "client-ca", "rogue-ca"):
         openssl("req", "-x509", *ec, "-keyout", f"{ca}.key", "-out", f"{ca}.crt", "-days", "2",
                 "-subj", f"/CN=node tier {ca}", cwd=d)
     (Path(d) / "server.ext").write_text(f"subjectAltName=DNS:{SERVER_NAME}\nextendedKeyUsage=serverAuth\n")
-    (Path(d) / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
-    for name, ca, ext, serial in (("server1", "ca", "server.ext", "1"), ("server2", "ca", "server.ext", "2"),
-                                  ("client", "ca", "client.ext", "3"), ("rogue", "rogue-ca", "client.ext", "4")):
+    (Path(d) / "client.ext").write_text(
+        f"subjectAltName=URI:spiffe://cluster.local/ns/{app_ns}/sa/default\nextendedKeyUsage=clientAuth\n")
+    (Path(d) / "other.ext").write_text(
+        "subjectAltName=URI:spiffe://cluster.local/ns/other/sa/default\nextendedKeyUsage=clientAuth\n")
+    (Path(d) / "rogue.ext").write_text("extendedKeyUsage=clientAuth\n")
+    for name, ca, ext, serial in (("server1", "server-ca", "server.ext", "1"),
+                                  ("server2", "server-ca", "server.ext", "2"),
+                                  ("client", "client-ca", "client.ext", "3"),
+                                  ("rogue", "rogue-ca", "rogue.ext", "4"),
+                                  ("other", "client-ca", "other.ext", "5"),
+                                  ("fake-front", "client-ca", "server.ext", "6")):
         openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
         openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-set_serial",
                 serial, "-days", "1", "-extfile", ext, "-out", f"{name}.crt", cwd=d)
@@ -1036,12 +1047,22 @@ def tls_secret(name, ns, files):
             "data": {k: base64.b64encode(Path(v).read_bytes()).decode() for k, v in files.items()}}
 
 
+def _serve_once(srv, ctx):
+    """Accepts one TLS client on srv with ctx; a handshake the client aborts is the expected end."""
+    try:
+        conn, _ = srv.accept()
+        with ctx.wrap_socket(conn, server_side=True):
+            pass
+    except OSError:
+        pass
+
+
 def front_handshake(addr, d, cert=None):
     """A TLS client on the host, as an app would be: returns (the front's certificate serial, what the first
     read after sending an HTTP/2 preface gave: 'answer', or the error)."""
     import socket
     import ssl
-    ctx = ssl.create_default_context(cafile=f"{d}/ca.crt")
+    ctx = ssl.create_default_context(cafile=f"{d}/server-ca.crt")
     ctx.set_alpn_protocols(["h2"])
     if cert:
         ctx.load_cert_chain(f"{d}/{cert}.crt", f"{d}/{cert}.key")
@@ -1056,24 +1077,30 @@ def front_handshake(addr, d, cert=None):
                 return int(serial, 16), f"refused: {e}"
 
 
-@case("tls-on-the-node-port-client-certificates-required-rotation-without-restart")
+@case("tls-on-the-node-port-two-cas-client-identities-required-rotation-without-restart")
 def _(shared):
     import tempfile
     d = tempfile.mkdtemp(prefix="pdp-node-pki-")
     try:
-        make_pki(d)
         ns = namespace("tls", DS_LABELS)
+        make_pki(d, ns)
         kubectl("create", "-f", "-", input=tls_secret("pdp-node-front-tls", "pdp-node", {
-            "tls.crt": f"{d}/server1.crt", "tls.key": f"{d}/server1.key", "ca.crt": f"{d}/ca.crt"}))
+            "tls.crt": f"{d}/server1.crt", "tls.key": f"{d}/server1.key", "ca.crt": f"{d}/server-ca.crt"}))
+        kubectl("create", "-f", "-", input=tls_secret("pdp-node-client-ca", "pdp-node", {
+            "ca.crt": f"{d}/client-ca.crt"}))
+        # The app's namespace as cert-manager leaves it: the client certificate's Secret (whose ca.crt is the
+        # client CA) and the front's CA in the ConfigMap pdp-node-ca.
         kubectl("create", "-f", "-", input=tls_secret("pdp-tls", ns, {
-            "ca.crt": f"{d}/ca.crt", "tls.crt": f"{d}/client.crt", "tls.key": f"{d}/client.key"}))
+            "ca.crt": f"{d}/client-ca.crt", "tls.crt": f"{d}/client.crt", "tls.key": f"{d}/client.key"}))
+        kubectl("-n", ns, "create", "configmap", "pdp-node-ca", f"--from-file=ca.crt={d}/server-ca.crt")
         t = time.monotonic()
-        # The chart's option: components/pdp-front-tls and pdp-front-client-auth (the Secret from openssl above,
-        # as from any PKI without cert-manager).
+        # The chart's options: components/pdp-front-tls and pdp-front-client-auth (the Secrets from openssl
+        # above, as from any PKI without cert-manager), and the app namespace's identities only.
         helm("upgrade", RELEASE, CHART, "--reuse-values", "--set", "pdp.nodeLocal.tls.enabled=true",
-             "--set", "pdp.nodeLocal.tls.clientCertificates=true", timeout=180)
+             "--set", "pdp.nodeLocal.tls.clientCertificates=true",
+             "--set", f"pdp.nodeLocal.tls.clientIds={{spiffe://cluster.local/ns/{ns}/sa/*}}", timeout=180)
         rollout("daemonset", "pdp-node-front", "pdp-node", 180)
-        figure(f"  front serving TLS with client certificates required {time.monotonic() - t:.1f}s after helm upgrade")
+        figure(f"  front serving TLS with client identities required {time.monotonic() - t:.1f}s after helm upgrade")
         kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"],
                                                              {"pdp-injector.io/profile": "cerbos-tls"}))
         rollout("deployment", "app", ns, 120)
@@ -1093,9 +1120,31 @@ def _(shared):
         check(without != "answer", f"no client certificate, yet the front answered: {without}")
         _, rogue = front_handshake(addr, d, "rogue")
         check(rogue != "answer", f"a certificate of another CA, yet the front answered: {rogue}")
+        _, other = front_handshake(addr, d, "other")
+        check(other != "answer", f"the client CA's certificate of another namespace, yet the front answered: {other}")
         figure(f"  from the node: with the app's certificate: {with_cert}; without: {without[:90]}; "
-               f"another CA's: {rogue[:90]}")
+               f"another CA's: {rogue[:90]}; another namespace's identity: {other[:90]}")
+        # What a holder of client certificates could mint, the front's name from the client CA: an app that
+        # trusts the server CA (its ConfigMap) refuses it.
+        # (A TLS server on loopback with that certificate, and a client as the app's is configured.)
         import socket
+        import ssl
+        import threading
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        sctx.load_cert_chain(f"{d}/fake-front.crt", f"{d}/fake-front.key")
+        threading.Thread(target=lambda: _serve_once(srv, sctx), daemon=True).start()
+        try:
+            with socket.create_connection(srv.getsockname(), timeout=5) as raw:
+                ssl.create_default_context(cafile=f"{d}/server-ca.crt").wrap_socket(
+                    raw, server_hostname=SERVER_NAME)
+            check(False, "a certificate of the client CA for the front's name was accepted by the server CA")
+        except ssl.SSLCertVerificationError as e:
+            figure(f"  the front's name minted by the client CA: refused by an app ({str(e)[:80]})")
+        finally:
+            srv.close()
         with socket.create_connection(addr, timeout=5) as raw:
             raw.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
             try:
@@ -1108,7 +1157,7 @@ def _(shared):
         front_pods = pdp_pod_names("pdp-node-front")
         t = time.monotonic()
         kubectl("apply", "-f", "-", input=tls_secret("pdp-node-front-tls", "pdp-node", {
-            "tls.crt": f"{d}/server2.crt", "tls.key": f"{d}/server2.key", "ca.crt": f"{d}/ca.crt"}))
+            "tls.crt": f"{d}/server2.crt", "tls.key": f"{d}/server2.key", "ca.crt": f"{d}/server-ca.crt"}))
         wait_for("the front to serve the renewed certificate", lambda: front_handshake(addr, d, "client")[0] == 2,
                  180, interval=2)
         figure(f"  renewed certificate served {time.monotonic() - t:.1f}s after the Secret changed "

@@ -3,6 +3,7 @@
 //! [`Reloader`] turns each new generation of the inputs into a new configuration, or keeps the last good one.
 
 pub mod certs;
+pub mod identity;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,6 +14,8 @@ use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::{Digest, Sha256};
+
+use identity::{IdentityVerifier, SpiffeIdPattern};
 
 /// Why a certificate, key or client CA was refused. The server keeps the last good configuration.
 #[derive(Debug, thiserror::Error)]
@@ -151,6 +154,16 @@ pub fn build(material: &TlsMaterial) -> Result<LoadedTls, TlsError> {
 /// [`build`] with the given ALPN protocols, in order of preference. A client that offers ALPN and none of
 /// these fails the handshake (rustls answers `no_application_protocol`); one that offers no ALPN is served.
 pub fn build_with_alpn(material: &TlsMaterial, alpn: &[&[u8]]) -> Result<LoadedTls, TlsError> {
+    build_for(material, alpn, &[])
+}
+
+/// [`build_with_alpn`] where a client certificate must also name one of `client_ids` (a URI SAN; see
+/// [`identity`]). Non-empty `client_ids` need a client CA: an identity means nothing without the chain check.
+pub fn build_for(
+    material: &TlsMaterial,
+    alpn: &[&[u8]],
+    client_ids: &[SpiffeIdPattern],
+) -> Result<LoadedTls, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&material.cert_pem)
         .collect::<Result<_, _>>()
         .map_err(|_| TlsError::NoCertificate("certificate".into()))?;
@@ -164,6 +177,11 @@ pub fn build_with_alpn(material: &TlsMaterial, alpn: &[&[u8]]) -> Result<LoadedT
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
     let builder = match &material.client_ca_pem {
+        None if !client_ids.is_empty() => {
+            return Err(TlsError::ClientCa(
+                "client identities are checked only on certificates of a client CA, and none is given".into(),
+            ));
+        }
         None => builder.with_no_client_auth(),
         Some(ca_pem) => {
             let mut roots = rustls::RootCertStore::empty();
@@ -181,7 +199,14 @@ pub fn build_with_alpn(material: &TlsMaterial, alpn: &[&[u8]]) -> Result<LoadedT
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
                 .map_err(|e| TlsError::ClientCa(e.to_string()))?;
-            builder.with_client_cert_verifier(verifier)
+            if client_ids.is_empty() {
+                builder.with_client_cert_verifier(verifier)
+            } else {
+                builder.with_client_cert_verifier(Arc::new(IdentityVerifier {
+                    inner: verifier,
+                    allowed: client_ids.into(),
+                }))
+            }
         }
     };
     let mut config = builder.with_single_cert(certs, key)?;
@@ -212,6 +237,7 @@ pub enum Reload {
 pub struct Reloader {
     seen: [u8; 32],
     alpn: &'static [&'static [u8]],
+    client_ids: Vec<SpiffeIdPattern>,
 }
 
 impl Reloader {
@@ -220,11 +246,22 @@ impl Reloader {
         material: &TlsMaterial,
         alpn: &'static [&'static [u8]],
     ) -> Result<(Reloader, LoadedTls), TlsError> {
-        let loaded = build_with_alpn(material, alpn)?;
+        Self::start_for(material, alpn, Vec::new())
+    }
+
+    /// [`Reloader::start`] for a server that requires one of `client_ids` in client certificates
+    /// ([`build_for`]); every configuration it builds keeps that requirement.
+    pub fn start_for(
+        material: &TlsMaterial,
+        alpn: &'static [&'static [u8]],
+        client_ids: Vec<SpiffeIdPattern>,
+    ) -> Result<(Reloader, LoadedTls), TlsError> {
+        let loaded = build_for(material, alpn, &client_ids)?;
         Ok((
             Reloader {
                 seen: material.fingerprint(),
                 alpn,
+                client_ids,
             },
             loaded,
         ))
@@ -240,7 +277,7 @@ impl Reloader {
             return Reload::Unchanged;
         }
         self.seen = fingerprint;
-        match reading.and_then(|material| build_with_alpn(&material, self.alpn)) {
+        match reading.and_then(|material| build_for(&material, self.alpn, &self.client_ids)) {
             Ok(loaded) => Reload::Loaded(loaded),
             Err(e) => Reload::Failed(e),
         }

@@ -4,4 +4,6 @@
 pub mod limits;
 pub mod metrics;
 mod review;
+
+pub use review::{admission_span, record_summary};
 pub mod server;

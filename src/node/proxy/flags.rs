@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::duration::duration_flag;
 use crate::node::route;
+use crate::tls::identity::SpiffeIdPattern;
 use crate::tls::{TlsError, TlsFiles};
 
 /// The flags of `node-proxy`, with their defaults and environment variables (the binary flattens this).
@@ -119,6 +120,13 @@ pub struct NodeProxyFlags {
     /// CA (PEM) that every TCP client's certificate must chain to; a client without one, or with one from another CA, fails the handshake. Needs --tls-cert.
     #[arg(long, env = "PDP_NODE_PROXY_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Also require the client certificate to name one of these SPIFFE IDs (a URI SAN), `*` standing for one
+    /// path segment: `spiffe://cluster.local/ns/shop/sa/*` admits every ServiceAccount of namespace shop. Any
+    /// certificate of the CA without an allowed ID fails the handshake. Repeat the flag, or separate with commas.
+    /// Needs --tls-client-ca.
+    #[arg(long = "tls-client-id", env = "PDP_NODE_PROXY_TLS_CLIENT_ID", value_name = "PATTERN",
+          value_delimiter = ',', requires = "tls_client_ca", value_parser = SpiffeIdPattern::parse)]
+    pub tls_client_ids: Vec<SpiffeIdPattern>,
     /// How often the TLS files are read again; a change is used from the next handshake on, a broken new file is logged and the last good one kept.
     #[arg(long, env = "PDP_NODE_PROXY_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = duration_flag)]
     pub tls_reload_interval: Duration,

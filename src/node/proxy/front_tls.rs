@@ -21,6 +21,7 @@ use super::forward::*;
 use super::stats::*;
 use super::*;
 use crate::node::slots::Slot;
+use crate::tls::identity::IdentityRefused;
 use crate::tls::{Reload, Reloader, TlsFiles};
 
 /// The TLS side of a TCP route: the configuration in use, swapped by the reload task.
@@ -160,6 +161,11 @@ pub(super) fn handshake_failure(error: &io::Error, route: &str) -> String {
         }
         rustls::Error::NoCertificatesPresented => {
             "the client presented no certificate, and --tls-client-ca requires one".into()
+        }
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other))
+            if other.0.is::<IdentityRefused>() =>
+        {
+            other.0.to_string()
         }
         rustls::Error::InvalidCertificate(why) => {
             format!("the client's certificate is refused: {why:?} (--tls-client-ca)")

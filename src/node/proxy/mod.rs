@@ -198,7 +198,8 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
     // The certificate first: a front that cannot serve TLS must not take the port.
     let tls_start = match flags.tls_files() {
         Some(files) => {
-            let (reloader, loaded) = Reloader::start(&files.read()?, tls::ALPN_H2)?;
+            let (reloader, loaded) =
+                Reloader::start_for(&files.read()?, tls::ALPN_H2, flags.tls_client_ids.clone())?;
             Some((files, reloader, loaded))
         }
         None => None,
@@ -249,6 +250,7 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
             info!(
                 cert = %files.cert.display(),
                 client_ca = ?files.client_ca,
+                client_ids = ?flags.tls_client_ids.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 not_after = loaded.not_after,
                 "TLS on the TCP addresses (ALPN h2 on the gRPC port, h2 and http/1.1 on the HTTP port)"
             );

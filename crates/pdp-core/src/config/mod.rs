@@ -250,9 +250,15 @@ pub struct MtlsSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TlsSpec {
-    /// Secret in the Pod's namespace, as cert-manager writes it: `ca.crt`, and with `clientCertificate`
-    /// `tls.crt` and `tls.key`.
-    pub secret_name: String,
+    /// Secret in the Pod's namespace, as cert-manager writes it: `ca.crt` (unless `caConfigMap` gives it), and
+    /// with `clientCertificate` `tls.crt` and `tls.key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+    /// ConfigMap in the Pod's namespace whose `ca.crt` is the CA of the PDP's serving certificate, when that CA
+    /// is not the one that signs the app's client certificate (the Secret's `ca.crt` is then the client CA, which
+    /// must not be trusted for the server: whoever may get a client certificate could otherwise pose as the PDP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_config_map: Option<String>,
     /// Where app containers see those files (read-only).
     #[serde(default = "default_tls_mount_path")]
     pub mount_path: String,
@@ -273,10 +279,11 @@ fn default_tls_mount_path() -> String {
 impl TlsSpec {
     /// The Secret's keys the app gets, in the order they are projected.
     pub fn keys(&self) -> &'static [&'static str] {
-        if self.client_certificate {
-            &["ca.crt", "tls.crt", "tls.key"]
-        } else {
-            &["ca.crt"]
+        match (self.ca_config_map.is_some(), self.client_certificate) {
+            (false, true) => &["ca.crt", "tls.crt", "tls.key"],
+            (false, false) => &["ca.crt"],
+            (true, true) => &["tls.crt", "tls.key"],
+            (true, false) => &[],
         }
     }
 

@@ -647,11 +647,30 @@ fn tls_is_validated_with_clear_messages() {
             "      secretName: s\n      serverName: a.b\n      clientCert: true\n",
             "clientCert",
         ),
+        (
+            "      caConfigMap: ca\n      serverName: a.b\n      clientCertificate: true\n",
+            "tls.clientCertificate needs tls.secretName",
+        ),
+        (
+            "      secretName: s\n      caConfigMap: ca\n      serverName: a.b\n",
+            "tls.secretName is not used",
+        ),
+        (
+            "      caConfigMap: Ca_Map\n      serverName: a.b\n",
+            "tls.caConfigMap \"Ca_Map\" is not a DNS label",
+        ),
     ] {
         let e = with_tls("cerbos", tls).unwrap_err().to_string();
         assert!(e.contains(why), "{tls}: {e}");
     }
     with_tls("cerbos", ok).unwrap();
+    // The server's CA from a ConfigMap, with or without a client certificate from the Secret.
+    with_tls("cerbos", "      caConfigMap: ca\n      serverName: a.b\n").unwrap();
+    with_tls(
+        "cerbos",
+        "      secretName: s\n      caConfigMap: ca\n      serverName: a.b\n      clientCertificate: true\n",
+    )
+    .unwrap();
 
     // tls and mtls together: one rule, said plainly.
     let e = Config::from_yaml(&format!(

@@ -216,7 +216,35 @@ pub(super) fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigErro
                     .into(),
             );
         }
-        validate_name("tls.secretName", &t.secret_name)?;
+        match (&t.secret_name, &t.ca_config_map) {
+            (None, None) => {
+                return bad(
+                    "tls needs secretName (a Secret in the Pod's namespace with ca.crt, and tls.crt and tls.key \
+                     with clientCertificate) or caConfigMap (a ConfigMap with the server's ca.crt)"
+                        .into(),
+                );
+            }
+            (None, Some(_)) if t.client_certificate => {
+                return bad(
+                    "tls.clientCertificate needs tls.secretName: the Secret that holds the app's tls.crt and tls.key"
+                        .into(),
+                );
+            }
+            (Some(_), Some(_)) if !t.client_certificate => {
+                return bad(
+                    "tls.secretName is not used: with caConfigMap the CA comes from the ConfigMap, and without \
+                     clientCertificate the app needs nothing else; remove secretName or set clientCertificate: true"
+                        .into(),
+                );
+            }
+            _ => {}
+        }
+        if let Some(secret) = &t.secret_name {
+            validate_name("tls.secretName", secret)?;
+        }
+        if let Some(map) = &t.ca_config_map {
+            validate_name("tls.caConfigMap", map)?;
+        }
         if !super::is_dns_name(&t.server_name)
             || t.server_name.parse::<std::net::Ipv4Addr>().is_ok()
         {

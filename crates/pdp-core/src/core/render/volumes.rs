@@ -2,8 +2,9 @@
 //! certificates; each ensured (left alone when already there, refused when something else has its name).
 
 use k8s_openapi::api::core::v1::{
-    CSIVolumeSource, EmptyDirVolumeSource, HostPathVolumeSource, KeyToPath, SecretVolumeSource,
-    Volume, VolumeMount,
+    CSIVolumeSource, ConfigMapProjection, EmptyDirVolumeSource, HostPathVolumeSource, KeyToPath,
+    ProjectedVolumeSource, SecretProjection, SecretVolumeSource, Volume, VolumeMount,
+    VolumeProjection,
 };
 
 use super::collision;
@@ -66,26 +67,59 @@ pub(super) fn mtls_volume(profile: &Profile) -> Option<Volume> {
 
 /// The profile's TLS Secret, projected to the keys the app needs: `ca.crt`, and the client certificate and key
 /// only when the PDP asks for them, so a key the Secret holds anyway (cert-manager always writes `tls.key`) is
-/// not handed to apps that do not use it. A missing key or Secret holds the Pod in ContainerCreating: the app
-/// never starts without the TLS it was configured for. Mode 0444: app containers run as users of their own,
-/// usually without an fsGroup, and must read the files; the Secret is the app's own material.
+/// not handed to apps that do not use it. With `caConfigMap`, `ca.crt` comes from that ConfigMap instead (the
+/// server's CA, apart from the client CA), in one projected volume with the Secret's keys. A missing key,
+/// Secret or ConfigMap holds the Pod in ContainerCreating: the app never starts without the TLS it was
+/// configured for. Mode 0444: app containers run as users of their own, usually without an fsGroup, and must
+/// read the files; the Secret is the app's own material.
 pub(super) fn tls_volume(profile: &Profile) -> Option<Volume> {
-    profile.tls.as_ref().map(|t| Volume {
-        name: VOLUME_TLS.into(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(t.secret_name.clone()),
-            default_mode: Some(0o444),
-            items: Some(
-                t.keys()
-                    .iter()
-                    .map(|k| KeyToPath {
-                        key: (*k).into(),
-                        path: (*k).into(),
-                        mode: None,
-                    })
-                    .collect(),
-            ),
+    let t = profile.tls.as_ref()?;
+    let items = |keys: &[&str]| {
+        Some(
+            keys.iter()
+                .map(|k| KeyToPath {
+                    key: (*k).into(),
+                    path: (*k).into(),
+                    mode: None,
+                })
+                .collect(),
+        )
+    };
+    let Some(map) = &t.ca_config_map else {
+        return Some(Volume {
+            name: VOLUME_TLS.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: t.secret_name.clone(),
+                default_mode: Some(0o444),
+                items: items(t.keys()),
+                optional: None,
+            }),
+            ..Default::default()
+        });
+    };
+    let mut sources = vec![VolumeProjection {
+        config_map: Some(ConfigMapProjection {
+            name: map.clone(),
+            items: items(&["ca.crt"]),
             optional: None,
+        }),
+        ..Default::default()
+    }];
+    if let Some(secret) = t.secret_name.as_ref().filter(|_| t.client_certificate) {
+        sources.push(VolumeProjection {
+            secret: Some(SecretProjection {
+                name: secret.clone(),
+                items: items(t.keys()),
+                optional: None,
+            }),
+            ..Default::default()
+        });
+    }
+    Some(Volume {
+        name: VOLUME_TLS.into(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: Some(0o444),
+            sources: Some(sources),
         }),
         ..Default::default()
     })
