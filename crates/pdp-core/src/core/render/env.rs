@@ -204,14 +204,17 @@ pub(super) fn ensure_env<'o>(
 /// over the text whatever the number of names.
 fn names_any(text: &str, names: &[&str]) -> bool {
     const KEY: &str = "\"name\"";
-    let mut rest = text;
-    while let Some(at) = rest.find(KEY) {
-        rest = &rest[at + KEY.len()..];
+    // One searcher for the process: `str::find` would build a new one at every call, for every entry.
+    static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(KEY));
+    for at in FINDER.find_iter(text.as_bytes()) {
+        // `at` starts an ASCII quote, so the slice after the key is on a character boundary.
+        let rest = &text[at + KEY.len()..];
         let Some(value) = rest.trim_start().strip_prefix(':') else {
             continue;
         };
         if let Some(value) = value.trim_start().strip_prefix('"')
-            && let Some(end) = value.find('"')
+            && let Some(end) = memchr::memchr(b'"', value.as_bytes())
             && names.contains(&&value[..end])
         {
             return true;
@@ -234,7 +237,11 @@ pub(super) fn relevant_env<'a>(
         return Ok(None);
     };
     let text = raw.get();
-    if text.starts_with('[') && !text.contains('\\') && !names_any(text, names) {
+    // memchr's vectorised search: `str::contains(char)` reads a word at a time, and the lists are long.
+    if text.starts_with('[')
+        && memchr::memchr(b'\\', text.as_bytes()).is_none()
+        && !names_any(text, names)
+    {
         return Ok(Some(Vec::new()));
     }
     parse_list(Some(raw), &what())
