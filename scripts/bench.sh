@@ -76,13 +76,15 @@ if [ "$(getconf _NPROCESSORS_ONLN)" -lt 2 ]; then
     exit 2
 fi
 
-out=target/bench
+# Cargo's target dir (CARGO_TARGET_DIR when set, as .ci/run sets it), where the builds and the results go.
+target=${CARGO_TARGET_DIR:-target}
+out=$target/bench
 mkdir -p "$out"
 results="$out/results.jsonl"
 : > "$results"
 clk_tck="$(getconf CLK_TCK)"
-bin=target/release/pdp-injector
-tools=target/release
+bin=$target/release/pdp-injector
+tools=$target/release
 started_at=$(date +%s)
 
 step() { printf '==> %s\n' "$*" >&2; }
@@ -302,6 +304,6 @@ printf '{"kind":"meta_end","load_after":"%s","elapsed_s":%s,"waited_s":%s}\n' "$
     "$(( $(date +%s) - started_at ))" "$waited" >> "$results"
 
 # --- report ------------------------------------------------------------------------------------------------------
-report_args=("$results" --criterion target/criterion --summary "$out/summary.json")
+report_args=("$results" --criterion "$target/criterion" --summary "$out/summary.json")
 if [ "$strict" = 1 ]; then report_args+=(--strict); fi
 "$tools/bench-report" "${report_args[@]}" | tee "$out/report.txt"

@@ -440,6 +440,8 @@ def check_options(objs, objs20):
          "image digest on the webhook and the front")
     want(node["containers"][0]["image"] == cer and central["template"]["spec"]["containers"][0]["image"] == cer,
          "cerbosImage digest on both PDPs")
+    flagd = o["DaemonSet/flagd-node/flagd-node"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    want(flagd == "mirror.example.com/open-feature/flagd@sha256:" + "0" * 63 + "3", "flagdNode.image digest")
     cfg = yaml.safe_load(o["ConfigMap/pdp-system/pdp-injector-config"]["data"]["config.yaml"])
     want(cfg["defaultMode"] == "sidecar", "defaultMode follows pdp.model")
     want(cfg["profiles"]["cerbos"]["image"] == cer, "the cerbos profile's image follows cerbosImage")
