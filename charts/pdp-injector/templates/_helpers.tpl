@@ -242,6 +242,12 @@ resources (not the ../ ones an overlay builds on) and generated ConfigMaps are a
 {{- end -}}
 {{- end -}}
 
+{{/* An image reference from values {registry, repository, tag, digest}: by digest when one is given (the tag
+is then informative only), else by tag. */}}
+{{- define "pdp.image" -}}
+{{- if .digest -}}{{- printf "%s/%s@%s" .registry .repository .digest -}}{{- else -}}{{- printf "%s/%s:%s" .registry .repository .tag -}}{{- end -}}
+{{- end -}}
+
 {{/* Indents a YAML block by two spaces (under profiles:). */}}
 {{- define "pdp.indent" -}}
 {{- range splitList "\n" (trimSuffix "\n" .) }}
