@@ -27,7 +27,7 @@ pub struct SpiffeIdPattern {
 }
 
 /// A SPIFFE ID split into its trust domain and path segments, or why it is not one.
-fn split(id: &str, wildcards: bool) -> Result<(String, Vec<Option<String>>), String> {
+fn split(id: &str, wildcards: bool) -> Result<(&str, Vec<Option<&str>>), String> {
     let rest = id
         .strip_prefix(SCHEME)
         .ok_or_else(|| format!("{id:?} is not a SPIFFE ID: it must start with {SCHEME}"))?;
@@ -67,9 +67,9 @@ fn split(id: &str, wildcards: bool) -> Result<(String, Vec<Option<String>>), Str
                 }
             ));
         }
-        segments.push(Some(segment.to_owned()));
+        segments.push(Some(segment));
     }
-    Ok((domain.to_owned(), segments))
+    Ok((domain, segments))
 }
 
 impl SpiffeIdPattern {
@@ -78,8 +78,8 @@ impl SpiffeIdPattern {
         let (trust_domain, segments) = split(text, true)?;
         Ok(Self {
             text: text.to_owned(),
-            trust_domain,
-            segments,
+            trust_domain: trust_domain.to_owned(),
+            segments: segments.into_iter().map(|s| s.map(str::to_owned)).collect(),
         })
     }
 
@@ -94,7 +94,7 @@ impl SpiffeIdPattern {
             && segments
                 .iter()
                 .zip(&self.segments)
-                .all(|(seg, want)| want.is_none() || want == seg)
+                .all(|(seg, want)| want.as_deref().is_none_or(|w| Some(w) == *seg))
     }
 }
 

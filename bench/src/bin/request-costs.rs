@@ -45,11 +45,6 @@ where
     }
 }
 
-/// The span `mutate` opens.
-fn span() -> Span {
-    admission_span()
-}
-
 /// The summary `review_response` records on it.
 fn summary() -> ReviewSummary {
     ReviewSummary {
@@ -63,11 +58,6 @@ fn summary() -> ReviewSummary {
         warnings: 0,
         patch_ops: 9,
     }
-}
-
-/// The fields recorded as the webhook records them (one call).
-fn record(span: &Span, summary: &ReviewSummary) {
-    record_summary(span, summary);
 }
 
 /// The fields recorded one call each, as before (for comparison: each call re-encodes the span's JSON).
@@ -128,16 +118,16 @@ fn logging(c: &mut Criterion) {
                 // The span alone: opened, entered and left twice (the handler's polls), six fields, closed.
                 group.bench_function(format!("{format}/{to}/span"), |b| {
                     b.iter(|| {
-                        let span = span();
+                        let span = admission_span();
                         drop(span.enter());
                         let _entered = span.enter();
-                        record(&span, &summary);
+                        record_summary(&span, &summary);
                     })
                 });
                 // The same with the six fields recorded one call each (what the webhook did before).
                 group.bench_function(format!("{format}/{to}/span-six-records"), |b| {
                     b.iter(|| {
-                        let span = span();
+                        let span = admission_span();
                         drop(span.enter());
                         let _entered = span.enter();
                         record_one_by_one(&span);
@@ -146,10 +136,10 @@ fn logging(c: &mut Criterion) {
                 // The span and the line the handler logs in it.
                 group.bench_function(format!("{format}/{to}/span+line"), |b| {
                     b.iter(|| {
-                        let span = span();
+                        let span = admission_span();
                         drop(span.enter());
                         let _entered = span.enter();
-                        record(&span, &summary);
+                        record_summary(&span, &summary);
                         line();
                     })
                 });
@@ -179,7 +169,7 @@ fn the_rest(c: &mut Criterion) {
         b.iter(|| runtime.block_on(async { std::hint::black_box(1) }))
     });
     group.bench_function("instrument (no subscriber)", |b| {
-        b.iter(|| runtime.block_on(async { std::hint::black_box(1) }.instrument(span())))
+        b.iter(|| runtime.block_on(async { std::hint::black_box(1) }.instrument(admission_span())))
     });
     // The clock and the metrics of one request: in flight +1/-1, the duration, the reason.
     let metrics = Metrics::default();
