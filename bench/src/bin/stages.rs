@@ -7,11 +7,12 @@
 //! cargo run --release -p pdp-injector-bench --bin stages -- --bench 22KiB      # a filter, as with cargo bench
 //! ```
 //! `review` is all of it, as in benches/core.rs. `scan` is the floor of any parse: skipping the whole body
-//! without building anything. The other stages are the steps of `review`: `decode` (its one pass: the
-//! AdmissionReview and the core's `PodView` of the Pod, `admission::decode_stage`), `view` (the `PodView` alone,
-//! from the Pod's slice), `decide`, `render` (the wiring as a patch, which parses the lists it extends), `encode`
-//! (patch JSON, base64, the response envelope: `admission::encode_stage`); and `parse_pod`, the whole typed Pod,
-//! for comparison (no production path parses it).
+//! without building anything (`scan_text`: the same after one UTF-8 check of the body, as the review reads it).
+//! The other stages are the steps of `review`: `decode` (its one pass: the AdmissionReview and the core's
+//! `PodView` of the Pod, `admission::decode_stage`), `view` (the `PodView` alone, from the Pod's slice),
+//! `decide`, `render` (the wiring as a patch, which parses the lists it extends), `encode` (patch JSON, base64,
+//! the response envelope: `admission::encode_stage`); and `parse_pod`, the whole typed Pod, for comparison (no
+//! production path parses it).
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
@@ -51,7 +52,12 @@ fn stages(c: &mut Criterion) {
         ("22KiB", 22 * 1024),
         ("80KiB", 80 * 1024),
     ] {
-        for class in [Class::Inject, Class::OptedOut] {
+        for class in [
+            Class::Inject,
+            Class::OptedOut,
+            Class::AlreadyInjected,
+            Class::Bare,
+        ] {
             let input = body(size, class);
             let id = |stage: &str| BenchmarkId::new(format!("{class:?}/{stage}"), label);
             group.bench_function(id("decode"), |b| {
@@ -72,6 +78,13 @@ fn stages(c: &mut Criterion) {
                 b.iter(|| {
                     serde_json::from_slice::<serde::de::IgnoredAny>(std::hint::black_box(&input))
                         .unwrap()
+                })
+            });
+            // The same skip over text already checked to be UTF-8, as `admission::review` reads the body.
+            group.bench_function(id("scan_text"), |b| {
+                b.iter(|| {
+                    let text = std::str::from_utf8(std::hint::black_box(&input)).unwrap();
+                    serde_json::from_str::<serde::de::IgnoredAny>(text).unwrap()
                 })
             });
             if class != Class::Inject {

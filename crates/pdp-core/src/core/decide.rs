@@ -4,7 +4,7 @@ use crate::config::{Config, Mode, Profile, PssLevel};
 use crate::core::codes::{Denial, Reason, Warning, WarningCode};
 use crate::core::render::{Wiring, app_env};
 use crate::core::status::Status;
-use crate::core::view::{EnvEntry, MountEntry, PodView, parse_list, volume_entries};
+use crate::core::view::{PodView, first_unnamed};
 use crate::names::*;
 
 /// What the core knows about the Pod's namespace (from the namespace cache, an offline stream, or nothing).
@@ -187,16 +187,6 @@ pub(crate) fn forged_status(namespace: &str, key: &str, doubt: impl std::fmt::Di
     )
 }
 
-/// The first of `claimed` that is not among `present`.
-fn first_missing<'c, 'p>(
-    claimed: impl IntoIterator<Item = &'c String>,
-    present: impl Iterator<Item = &'p str> + Clone,
-) -> Option<&'c String> {
-    claimed
-        .into_iter()
-        .find(|c| !present.clone().any(|p| p == c.as_str()))
-}
-
 /// What of the wiring `status` claims the Pod does not carry, if anything: "already wired" is believed only when
 /// the PDP container, the volumes, and in every wired app container the variables and mounts it names are
 /// there, and it names at least what its mode always gives.
@@ -229,11 +219,7 @@ pub fn missing_wiring(pod: &PodView<'_>, status: &Status, config: &Config) -> Op
             "the init container {gate:?} that waits for the node's PDP"
         ));
     }
-    let volumes = volume_entries(pod.spec.as_ref().and_then(|s| s.volumes))
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    if let Some(v) = first_missing(&status.volumes, volumes.iter().map(|e| e.name.as_str())) {
+    if let Some(v) = first_unnamed(pod.spec.as_ref().and_then(|s| s.volumes), &status.volumes) {
         return Some(format!("volume {v:?}"));
     }
     let least = app_env(
@@ -253,30 +239,20 @@ pub fn missing_wiring(pod: &PodView<'_>, status: &Status, config: &Config) -> Op
             status.mode, var.name
         ));
     }
-    let mounted: Vec<&String> = status
+    let mounted: Vec<&str> = status
         .volumes
         .iter()
-        .filter(|v| [VOLUME_SOCKET, VOLUME_MTLS, VOLUME_TLS].contains(&v.as_str()))
+        .map(String::as_str)
+        .filter(|v| [VOLUME_SOCKET, VOLUME_MTLS, VOLUME_TLS].contains(v))
         .collect();
     for name in &status.containers {
         let Some(c) = pod.containers().iter().find(|c| c.name.as_str() == name) else {
             return Some(format!("app container {name:?}"));
         };
-        let env = parse_list::<EnvEntry<'_>>(c.env, "env")
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        if let Some(var) = first_missing(&status.env, env.iter().map(|e| e.name.as_str())) {
+        if let Some(var) = first_unnamed(c.env, &status.env) {
             return Some(format!("variable {var} in container {name:?}"));
         }
-        let mounts = parse_list::<MountEntry<'_>>(c.volume_mounts, "volumeMounts")
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        if let Some(v) = first_missing(
-            mounted.iter().copied(),
-            mounts.iter().map(|m| m.name.as_str()),
-        ) {
+        if let Some(v) = first_unnamed(c.volume_mounts, &mounted) {
             return Some(format!("the mount of volume {v:?} in container {name:?}"));
         }
     }

@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Pod;
-use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -298,21 +298,78 @@ pub fn parse_list<'a, T: Deserialize<'a>>(
         .map_err(|e| format!("{what} is not a valid list: {e}"))
 }
 
+/// An entry of a list of which a check compares only the name (a variable, a mount, a volume).
+#[derive(Debug, Default, Deserialize)]
+#[serde(expecting = "an entry with a name")]
+pub struct NameEntry<'a> {
+    /// `name`.
+    #[serde(borrow, default)]
+    pub name: Str<'a>,
+}
+
+/// The first of `wanted` that no entry of a list names (`None` when each is named). The entries are parsed in
+/// order, each as far as its name, and the parse stops once every wanted name has been seen: rendering puts
+/// its variables first, so a wired Pod's `env` is read only as far as them, however long it is. Exact: only a
+/// top-level `name` of an entry counts (a nested `configMapKeyRef.name` does not), and the rest of the list was
+/// already checked to be JSON when the view was parsed. A list that is not one counts as empty, as does `None`.
+pub fn first_unnamed<'w, W: AsRef<str>>(
+    raw: Option<&RawValue>,
+    wanted: &'w [W],
+) -> Option<&'w str> {
+    struct Names<'s, W> {
+        wanted: &'s [W],
+        found: &'s mut [bool],
+    }
+    impl<'de, W: AsRef<str>> Visitor<'de> for Names<'_, W> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list of entries with names")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut left = self.found.iter().filter(|f| !**f).count();
+            while left > 0 {
+                let Some(entry) = seq.next_element::<NameEntry<'de>>()? else {
+                    break;
+                };
+                for (w, f) in self.wanted.iter().zip(self.found.iter_mut()) {
+                    if !*f && w.as_ref() == entry.name.as_str() {
+                        *f = true;
+                        left -= 1;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut found = vec![false; wanted.len()];
+    if let Some(raw) = raw
+        && !wanted.is_empty()
+    {
+        let mut de = serde_json::Deserializer::from_str(raw.get());
+        // Stopping early leaves the list unfinished, which serde_json reports as an error: `found` holds the
+        // answer either way.
+        let _ = de.deserialize_seq(Names {
+            wanted,
+            found: &mut found,
+        });
+    }
+    wanted
+        .iter()
+        .zip(&found)
+        .find(|(_, f)| !**f)
+        .map(|(w, _)| w.as_ref())
+}
+
 /// The volumes of a view, each with its name.
 pub fn volume_entries<'a>(
     raw: Option<&'a RawValue>,
 ) -> Result<Option<Vec<VolumeEntry<'a>>>, String> {
-    #[derive(Deserialize)]
-    struct Name<'a> {
-        #[serde(borrow, default)]
-        name: Str<'a>,
-    }
     let Some(list) = parse_list::<&'a RawValue>(raw, "spec.volumes")? else {
         return Ok(None);
     };
     list.into_iter()
         .map(|raw| {
-            serde_json::from_str::<Name<'a>>(raw.get())
+            serde_json::from_str::<NameEntry<'a>>(raw.get())
                 .map(|n| VolumeEntry { name: n.name, raw })
                 .map_err(|e| format!("spec.volumes has an invalid volume: {e}"))
         })
@@ -324,4 +381,53 @@ pub fn volume_entries<'a>(
 /// it, so they take exactly the webhook's path.
 pub fn pod_json(pod: &Pod) -> String {
     serde_json::to_string(pod).expect("a typed Pod serializes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(json: &str) -> Box<RawValue> {
+        RawValue::from_string(json.to_string()).expect("test JSON")
+    }
+
+    #[test]
+    fn first_unnamed_counts_only_the_entries_own_names() {
+        // A nested `name` (a configMapKeyRef) must not pass for the variable: the forged-status threat.
+        let list = raw(
+            r#"[{"name":"OTHER","valueFrom":{"configMapKeyRef":{"name":"CERBOS_PDP_ADDR","key":"k"}}},
+                {"name":"CERBOS_PDP_HOST","value":"x"}]"#,
+        );
+        let wanted = ["CERBOS_PDP_HOST", "CERBOS_PDP_ADDR"];
+        assert_eq!(first_unnamed(Some(&list), &wanted), Some("CERBOS_PDP_ADDR"));
+        let list = raw(
+            r#"[{"name":"CERBOS_PDP_ADDR"},{"value":"CERBOS_PDP_HOST"},{"name":"CERBOS_PDP_HOST"}]"#,
+        );
+        assert_eq!(first_unnamed(Some(&list), &wanted), None);
+    }
+
+    #[test]
+    fn first_unnamed_reads_escaped_names_and_reports_in_the_order_wanted() {
+        let list = raw(r#"[{"name":"A\u0042"},{"name":"C"}]"#);
+        assert_eq!(first_unnamed(Some(&list), &["AB", "C"]), None);
+        assert_eq!(first_unnamed(Some(&list), &["D", "AB", "E"]), Some("D"));
+        assert_eq!(first_unnamed(Some(&list), &["AB", "E", "D"]), Some("E"));
+        let none: [&str; 0] = [];
+        assert_eq!(first_unnamed(Some(&list), &none), None);
+    }
+
+    #[test]
+    fn first_unnamed_counts_a_missing_null_or_broken_list_as_empty() {
+        assert_eq!(first_unnamed(None, &["A"]), Some("A"));
+        assert_eq!(first_unnamed(Some(&raw("null")), &["A"]), Some("A"));
+        assert_eq!(
+            first_unnamed(Some(&raw(r#"{"name":"A"}"#)), &["A"]),
+            Some("A")
+        );
+        // Entries are read up to the last name wanted: a broken entry before it hides what follows, after it
+        // changes nothing.
+        let list = raw(r#"[{"name":"A"},5,{"name":"B"}]"#);
+        assert_eq!(first_unnamed(Some(&list), &["A"]), None);
+        assert_eq!(first_unnamed(Some(&list), &["A", "B"]), Some("B"));
+    }
 }
