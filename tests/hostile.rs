@@ -1027,6 +1027,104 @@ async fn huge_pods_are_denied_within_the_deadline_and_the_memory_budget() {
     assert_normal_client_within("huge Pods", &mut latencies, &errors, Duration::from_secs(2));
 }
 
+/// A review of the fixture Pod wired by the server itself, then made hostile: `n` variables of its own in front
+/// of the wiring, all claimed by its status, which also names its one container `n` times. Each claim is true,
+/// so the status is believed; checking it must cost about one read of the Pod, not claims times entries.
+async fn review_with_long_claims(server: &ServerProcess, n: usize) -> Vec<u8> {
+    use base64::Engine;
+    let body = review_body("claims", "daemonset");
+    let (status, bytes) = call(
+        server.addr,
+        &server.client(),
+        "POST",
+        "/mutate",
+        Some("application/json"),
+        body.clone(),
+    )
+    .await
+    .expect("the fixture is answered");
+    assert_eq!(status, StatusCode::OK);
+    let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(
+            answer["response"]["patch"]
+                .as_str()
+                .expect("the fixture is wired"),
+        )
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+    let mut review: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let pod = &mut review["request"]["object"];
+    json_patch::patch(pod, &patch).unwrap();
+    let key = "pdp-injector.io/status";
+    let mut claims: serde_json::Value =
+        serde_json::from_str(pod["metadata"]["annotations"][key].as_str().unwrap()).unwrap();
+    let own: Vec<String> = (0..n).map(|i| format!("OWN_{i}")).collect();
+    let env = pod["spec"]["containers"][0]["env"].as_array_mut().unwrap();
+    env.splice(
+        0..0,
+        own.iter()
+            .map(|name| serde_json::json!({"name": name, "value": "x"})),
+    );
+    claims["env"]
+        .as_array_mut()
+        .unwrap()
+        .extend(own.iter().map(|name| serde_json::json!(name)));
+    let container = claims["containers"][0].clone();
+    claims["containers"] = vec![container; n].into();
+    pod["metadata"]["annotations"][key] = claims.to_string().into();
+    serde_json::to_vec(&review).unwrap()
+}
+
+/// A status annotation is the Pod author's: one that claims 100,000 variables, each really defined, and names
+/// its container 100,000 times is believed (`already_injected`) within the bound of a huge Pod, and a normal
+/// client is answered meanwhile. Checking claims against entries pairwise took 10^10 comparisons here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: run by scripts/hostile.sh"]
+async fn a_status_with_long_true_claims_costs_one_read_of_the_pod() {
+    let _serial = serial().await;
+    let (server, stop, peak, normal) = watched_server("claims").await;
+    let body = review_with_long_claims(&server, 100_000).await;
+    let started = Instant::now();
+    let answer = call(
+        server.addr,
+        &server.client(),
+        "POST",
+        "/mutate",
+        Some("application/json"),
+        body.clone(),
+    )
+    .await;
+    let took = started.elapsed();
+    // The normal client keeps asking a little longer: enough answers to judge it.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    stop.store(true, Ordering::SeqCst);
+    let _ = peak.await;
+    let (mut latencies, errors) = normal.await.unwrap();
+    let (status, bytes) = answer.expect("answered");
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    eprintln!(
+        "long claims: {} KiB: HTTP {} {} in {took:.2?}",
+        body.len() / 1024,
+        status.as_u16(),
+        v["response"]["auditAnnotations"]["reason"]
+    );
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(v["response"]["allowed"], true);
+    assert_eq!(
+        v["response"]["auditAnnotations"]["reason"], "already_injected",
+        "{v}"
+    );
+    let bound = Duration::from_secs(if cfg!(debug_assertions) { 8 } else { 2 });
+    assert!(took < bound, "long claims took {took:?} (bound {bound:?})");
+    assert_normal_client_within(
+        "long claims",
+        &mut latencies,
+        &errors,
+        Duration::from_secs(2),
+    );
+}
+
 /// Issue 25, 4: over HTTP/1.1, a client that writes its whole over-limit body before reading gets the 413, not a
 /// connection closed under it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

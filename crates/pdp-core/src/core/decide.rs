@@ -245,7 +245,9 @@ pub fn missing_wiring(pod: &PodView<'_>, status: &Status, config: &Config) -> Op
         .map(String::as_str)
         .filter(|v| [VOLUME_SOCKET, VOLUME_MTLS, VOLUME_TLS].contains(v))
         .collect();
-    for name in &status.containers {
+    // Each container once: the status is the Pod author's, and may name one container many times.
+    let mut seen = std::collections::BTreeSet::new();
+    for name in status.containers.iter().filter(|n| seen.insert(n.as_str())) {
         let Some(c) = pod.containers().iter().find(|c| c.name.as_str() == name) else {
             return Some(format!("app container {name:?}"));
         };

@@ -318,6 +318,9 @@ pub fn first_unnamed<'w, W: AsRef<str>>(
 ) -> Option<&'w str> {
     struct Names<'s, W> {
         wanted: &'s [W],
+        // `wanted`'s indices in the order of their names: each entry is looked up in log time, since both the
+        // list and the names (a status annotation's claims) are the Pod author's and can be long.
+        sorted: &'s [usize],
         found: &'s mut [bool],
     }
     impl<'de, W: AsRef<str>> Visitor<'de> for Names<'_, W> {
@@ -326,14 +329,21 @@ pub fn first_unnamed<'w, W: AsRef<str>>(
             f.write_str("a list of entries with names")
         }
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-            let mut left = self.found.iter().filter(|f| !**f).count();
+            let mut left = self.wanted.len();
             while left > 0 {
                 let Some(entry) = seq.next_element::<NameEntry<'de>>()? else {
                     break;
                 };
-                for (w, f) in self.wanted.iter().zip(self.found.iter_mut()) {
-                    if !*f && w.as_ref() == entry.name.as_str() {
-                        *f = true;
+                let name = entry.name.as_str();
+                let start = self
+                    .sorted
+                    .partition_point(|&i| self.wanted[i].as_ref() < name);
+                for &i in self.sorted[start..]
+                    .iter()
+                    .take_while(|&&i| self.wanted[i].as_ref() == name)
+                {
+                    if !self.found[i] {
+                        self.found[i] = true;
                         left -= 1;
                     }
                 }
@@ -345,11 +355,14 @@ pub fn first_unnamed<'w, W: AsRef<str>>(
     if let Some(raw) = raw
         && !wanted.is_empty()
     {
+        let mut sorted: Vec<usize> = (0..wanted.len()).collect();
+        sorted.sort_unstable_by(|&a, &b| wanted[a].as_ref().cmp(wanted[b].as_ref()));
         let mut de = serde_json::Deserializer::from_str(raw.get());
         // Stopping early leaves the list unfinished, which serde_json reports as an error: `found` holds the
         // answer either way.
         let _ = de.deserialize_seq(Names {
             wanted,
+            sorted: &sorted,
             found: &mut found,
         });
     }
@@ -412,6 +425,9 @@ mod tests {
         assert_eq!(first_unnamed(Some(&list), &["AB", "C"]), None);
         assert_eq!(first_unnamed(Some(&list), &["D", "AB", "E"]), Some("D"));
         assert_eq!(first_unnamed(Some(&list), &["AB", "E", "D"]), Some("E"));
+        // A name wanted twice is found by one entry.
+        assert_eq!(first_unnamed(Some(&list), &["C", "AB", "C"]), None);
+        assert_eq!(first_unnamed(Some(&list), &["C", "X", "C"]), Some("X"));
         let none: [&str; 0] = [];
         assert_eq!(first_unnamed(Some(&list), &none), None);
     }
