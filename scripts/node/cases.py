@@ -564,8 +564,18 @@ def _(shared):
     check(mounted(), f"no mount under {pod_dir} while the Pod runs")
     t = time.monotonic()
     kubectl("-n", ns, "delete", "deployment", "app", "--wait=false")
-    wait_for("the Pod gone", lambda: not get("pod", pod["metadata"]["name"], ns), 60)
-    wait_for(f"nothing left of the Pod under {KUBELET_DIR}", lambda: not mounted() and not pod_dir.exists(), 60)
+    try:
+        wait_for("the Pod gone", lambda: not get("pod", pod["metadata"]["name"], ns), 60)
+        wait_for(f"nothing left of the Pod under {KUBELET_DIR}", lambda: not mounted() and not pod_dir.exists(), 60)
+    except Fail as e:
+        # What held the Pod: its state and events, the plugin's answers, and the kubelet's lines about it.
+        kubelet_log = KUBELET_DIR.parent / "logs" / "kubelet.log"
+        about = [l for l in (kubelet_log.read_text(errors="replace").splitlines() if kubelet_log.exists() else [])
+                 if uid in l or pod["metadata"]["name"] in l][-40:]
+        plugin = kubectl("-n", "pdp-node", "logs", "-l", "app.kubernetes.io/name=pdp-csi-node", "--all-containers",
+                         "--tail=40", check_rc=False).stdout
+        raise Fail(f"{e}\n{describe(ns, 'pods')}\n--- mounts of the Pod\n{mounted()}\n--- CSI plugin\n{plugin}"
+                   f"\n--- kubelet on the Pod\n" + "\n".join(about)) from None
     figure(f"  volume unmounted and {pod_dir.name} removed {time.monotonic() - t:.1f}s after the deletion")
 
 
