@@ -566,6 +566,7 @@ def _(shared):
     kubectl("-n", ns, "delete", "deployment", "app", "--wait=false")
     try:
         wait_for("the Pod gone", lambda: not get("pod", pod["metadata"]["name"], ns), 60)
+        gone = time.monotonic() - t
         wait_for(f"nothing left of the Pod under {KUBELET_DIR}", lambda: not mounted() and not pod_dir.exists(), 60)
     except Fail as e:
         # What held the Pod: its state and events, the plugin's answers, and the kubelet's lines about it.
@@ -576,7 +577,8 @@ def _(shared):
                          "--tail=40", check_rc=False).stdout
         raise Fail(f"{e}\n{describe(ns, 'pods')}\n--- mounts of the Pod\n{mounted()}\n--- CSI plugin\n{plugin}"
                    f"\n--- kubelet on the Pod\n" + "\n".join(about)) from None
-    figure(f"  volume unmounted and {pod_dir.name} removed {time.monotonic() - t:.1f}s after the deletion")
+    figure(f"  Pod object gone {gone:.1f}s, volume unmounted and {pod_dir.name} removed {time.monotonic() - t:.1f}s"
+           " after the deletion")
 
 
 def recreatable(kind, name, ns):
