@@ -198,10 +198,48 @@ pub(super) fn ensure_env<'o>(
     inserts
 }
 
-/// Whether a JSON text without backslashes may name one of `names` as a variable: some `"name"` key whose value
-/// is one of them. Without a backslash nothing is escaped, so the text says it literally; a `"name"` key of a
-/// nested object (a `configMapKeyRef`) can only make this true by mistake, and then the list is parsed. One pass
-/// over the text whatever the number of names.
+/// The names of the variables rendering gives, prepared to search env lists for them.
+pub(super) struct OurNames<'a> {
+    names: Vec<&'a str>,
+    /// `"` and the names' longest shared prefix (`"CERBOS_PDP_`), when they share one: a list without it
+    /// anywhere names none of them, which one vectorised search tells.
+    prefix: Option<memchr::memmem::Finder<'static>>,
+}
+
+impl<'a> OurNames<'a> {
+    pub(super) fn new(names: Vec<&'a str>) -> Self {
+        let shared = names.split_first().map_or(0, |(first, rest)| {
+            rest.iter().fold(first.len(), |n, name| {
+                first.as_bytes()[..n]
+                    .iter()
+                    .zip(name.as_bytes())
+                    .take_while(|(a, b)| a == b)
+                    .count()
+            })
+        });
+        let prefix = (shared > 0).then(|| {
+            let needle = format!("\"{}", &names[0][..shared]);
+            memchr::memmem::Finder::new(needle.as_bytes()).into_owned()
+        });
+        OurNames { names, prefix }
+    }
+
+    /// Whether a JSON text without backslashes may name one of the names as a variable: some `"name"` key
+    /// whose value is one of them. Without a backslash nothing is escaped, so the text says it literally; a
+    /// `"name"` key of a nested object (a `configMapKeyRef`) can only make this true by mistake, and then the
+    /// list is parsed. At most two passes over the text whatever the number of names, one when the text lacks
+    /// the names' shared prefix as the start of a string.
+    fn any_in(&self, text: &str) -> bool {
+        if let Some(prefix) = &self.prefix
+            && prefix.find(text.as_bytes()).is_none()
+        {
+            return false;
+        }
+        names_any(text, &self.names)
+    }
+}
+
+/// [`OurNames::any_in`] without the prefix: each `"name"` key's value compared with the names.
 fn names_any(text: &str, names: &[&str]) -> bool {
     const KEY: &str = "\"name\"";
     // One searcher for the process: `str::find` would build a new one at every call, for every entry.
@@ -230,7 +268,7 @@ fn names_any(text: &str, names: &[&str]) -> bool {
 /// which is most of the work of wiring a large Pod. Any other list is parsed.
 pub(super) fn relevant_env<'a>(
     raw: Option<&'a RawValue>,
-    names: &[&str],
+    names: &OurNames<'_>,
     what: impl Fn() -> String,
 ) -> Result<Option<Vec<EnvEntry<'a>>>, String> {
     let Some(raw) = raw else {
@@ -240,7 +278,7 @@ pub(super) fn relevant_env<'a>(
     // memchr's vectorised search: `str::contains(char)` reads a word at a time, and the lists are long.
     if text.starts_with('[')
         && memchr::memchr(b'\\', text.as_bytes()).is_none()
-        && !names_any(text, names)
+        && !names.any_in(text)
     {
         return Ok(Some(Vec::new()));
     }

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Container, EnvVar, Volume, VolumeMount};
 
 pub use env::app_env;
-use env::{ensure_env, node_address, node_host_var, relevant_env};
+use env::{OurNames, ensure_env, node_address, node_host_var, relevant_env};
 pub use sidecar::sidecar_container;
 use sidecar::{Classic, classic_sidecar, helper_container};
 use volumes::{ensure_mount, ensure_volume, mtls_volume, socket_volume, tls_volume};
@@ -382,7 +382,7 @@ fn wire_app_containers(
     let names = &profile.env_names;
     let depends = [Some(names.address.as_str()), names.http_address.as_deref()];
     let dependent = (plan.mode == Mode::Daemonset).then_some((&depends[..], names.host.as_str()));
-    let our_names: Vec<&str> = ours.iter().map(|e| e.name.as_str()).collect();
+    let our_names = OurNames::new(ours.iter().map(|e| e.name.as_str()).collect());
     let mut wired = Vec::new();
     // Sets, so that the loop stays linear in the Pod's containers.
     let wanted: BTreeSet<&str> = plan.containers.iter().map(String::as_str).collect();

@@ -9,7 +9,7 @@ fn raw(text: &str) -> Box<RawValue> {
 
 #[test]
 fn env_lists_are_parsed_only_when_they_may_define_ours() {
-    let names = ["CERBOS_PDP_ADDR"];
+    let names = OurNames::new(vec!["CERBOS_PDP_ADDR"]);
     let what = || "env".to_string();
     // Nothing of ours: not parsed (a malformed entry there is the apiserver's to refuse).
     let plain = raw(r#"[{"name":"A","value":"1"},{"name":5}]"#);
@@ -57,6 +57,49 @@ fn env_lists_are_parsed_only_when_they_may_define_ours() {
     let odd = raw(r#""CERBOS_PDP_ADDR""#);
     assert!(relevant_env(Some(&odd), &names, what).is_err());
     assert!(relevant_env(None, &names, what).unwrap().is_none());
+}
+
+#[test]
+fn the_names_shared_prefix_decides_only_when_absent() {
+    let what = || "env".to_string();
+    let found = |names: &OurNames<'_>, text: &str| {
+        let list = raw(text);
+        relevant_env(Some(&list), names, what)
+            .unwrap()
+            .unwrap()
+            .len()
+    };
+    // Several names with a shared prefix; a malformed entry shows whether the list was parsed.
+    let shared = OurNames::new(vec!["CERBOS_PDP_HOST", "CERBOS_PDP_ADDR", "CERBOS_PDP_SOCKET"]);
+    assert_eq!(found(&shared, r#"[{"name":"A","value":"1"},{"name":5}]"#), 0);
+    // The prefix as a value, or as the start of another variable's name: still none of ours, not parsed.
+    assert_eq!(
+        found(
+            &shared,
+            r#"[{"name":"A","value":"CERBOS_PDP_HOST"},{"name":"CERBOS_PDP_OTHER"},{"name":5}]"#
+        ),
+        0
+    );
+    // One of them, after the first name of the list: parsed and found.
+    assert_eq!(
+        found(
+            &shared,
+            r#"[{"name":"A","value":"1"},{"name":"CERBOS_PDP_SOCKET","value":"/s"}]"#
+        ),
+        2
+    );
+    // Names with nothing in common (a profile's own extra variable): every "name" key is still compared.
+    let apart = OurNames::new(vec!["CERBOS_PDP_ADDR", "APP_PDP_MODE"]);
+    assert_eq!(
+        found(&apart, r#"[{"name":"APP_PDP_MODE","value":"x"}]"#),
+        1
+    );
+    assert_eq!(found(&apart, r#"[{"name":"A","value":"1"},{"name":5}]"#), 0);
+    // No names at all: nothing to find.
+    assert_eq!(
+        found(&OurNames::new(vec![]), r#"[{"name":"A"},{"name":5}]"#),
+        0
+    );
 }
 
 fn names_and_values(env: &[EnvVar]) -> Vec<(String, String)> {
