@@ -70,8 +70,15 @@ fn the_names_shared_prefix_decides_only_when_absent() {
             .len()
     };
     // Several names with a shared prefix; a malformed entry shows whether the list was parsed.
-    let shared = OurNames::new(vec!["CERBOS_PDP_HOST", "CERBOS_PDP_ADDR", "CERBOS_PDP_SOCKET"]);
-    assert_eq!(found(&shared, r#"[{"name":"A","value":"1"},{"name":5}]"#), 0);
+    let shared = OurNames::new(vec![
+        "CERBOS_PDP_HOST",
+        "CERBOS_PDP_ADDR",
+        "CERBOS_PDP_SOCKET",
+    ]);
+    assert_eq!(
+        found(&shared, r#"[{"name":"A","value":"1"},{"name":5}]"#),
+        0
+    );
     // The prefix as a value, or as the start of another variable's name: still none of ours, not parsed.
     assert_eq!(
         found(
@@ -90,10 +97,7 @@ fn the_names_shared_prefix_decides_only_when_absent() {
     );
     // Names with nothing in common (a profile's own extra variable): every "name" key is still compared.
     let apart = OurNames::new(vec!["CERBOS_PDP_ADDR", "APP_PDP_MODE"]);
-    assert_eq!(
-        found(&apart, r#"[{"name":"APP_PDP_MODE","value":"x"}]"#),
-        1
-    );
+    assert_eq!(found(&apart, r#"[{"name":"APP_PDP_MODE","value":"x"}]"#), 1);
     assert_eq!(found(&apart, r#"[{"name":"A","value":"1"},{"name":5}]"#), 0);
     // No names at all: nothing to find.
     assert_eq!(
