@@ -287,6 +287,17 @@ pub struct PatchBuilder {
     form: Form,
 }
 
+/// `list` with `index` appended, written in one buffer of the right size: `PointerBuf::push_back` re-encodes
+/// the token and grows a clone of the list's path, the largest cost of writing the operations.
+fn at_index(list: &PointerBuf, index: usize) -> PointerBuf {
+    use std::fmt::Write;
+    let mut text = String::with_capacity(list.as_str().len() + 21);
+    text.push_str(list.as_str());
+    // A number is a token as it is: no `~` or `/` to escape.
+    write!(text, "/{index}").expect("writing to a String cannot fail");
+    PointerBuf::parse(text).expect("a pointer with a number appended is a pointer")
+}
+
 /// A JSON Pointer from its unescaped tokens.
 pub fn pointer<'t>(tokens: impl IntoIterator<Item = &'t str>) -> PointerBuf {
     let mut p = PointerBuf::new();
@@ -387,9 +398,7 @@ impl PatchBuilder {
 
     /// Inserts `item` at `index` of the list at `list`.
     pub fn insert<T: Serialize>(&mut self, list: &PointerBuf, index: usize, item: &T) {
-        let mut path = list.clone();
-        path.push_back(index.to_string());
-        self.add(path, item);
+        self.add(at_index(list, index), item);
     }
 
     /// Appends `items` to the list at `list`, which has `len` entries, or adds the list whole when it does not
