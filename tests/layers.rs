@@ -14,11 +14,13 @@ const CORE_LAYERS: &[(&str, &[&str])] = &[
     ("names", &[]),
     ("duration", &[]),
     ("size", &[]),
+    // The JSON reader (serde_json's answers, sooner): below everything that reads JSON.
+    ("json", &[]),
     ("pki", &[]),
     ("route", &[]),
     ("config", &["names"]),
-    ("core", &["names", "config"]),
-    ("admission", &["names", "config", "core"]),
+    ("core", &["names", "config", "json"]),
+    ("admission", &["names", "config", "core", "json"]),
     ("offline", &["names", "config", "core"]),
     ("check", &["names", "config", "core", "pki"]),
 ];
@@ -53,7 +55,15 @@ const CORE_REEXPORTS: &[&str] = &[
 
 /// Modules of the core crate that decide and may not even touch `std`'s I/O. `config` may read its own file,
 /// `pki` reads the clock for validity, `route` compares instance times.
-const NO_STD_IO: &[&str] = &["names", "duration", "size", "core", "admission", "check"];
+const NO_STD_IO: &[&str] = &[
+    "names",
+    "duration",
+    "size",
+    "json",
+    "core",
+    "admission",
+    "check",
+];
 
 /// What the pure modules may not name.
 const STD_IO: &[&str] = &[

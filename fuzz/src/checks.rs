@@ -40,8 +40,33 @@ fn builtin() -> &'static Config {
 
 /// Target `review`: an arbitrary body through the whole core, as the webhook handler calls it.
 pub fn review(data: &[u8]) {
+    json_reader_agrees(data);
     for variant in 0..3 {
         review_in(data, builtin(), variant);
+    }
+}
+
+/// The webhook's JSON reader (`pdp_core::json`) on its own, against serde_json: whatever it reads, serde_json
+/// reads too and to the same value; it never accepts what serde_json refuses.
+pub fn json_reader_agrees(data: &[u8]) {
+    use pdp_core::core::PodView;
+    use pdp_core::json::read;
+    use serde_json::value::RawValue;
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(fast) = read::<Value>(text) {
+        let slow: Value = serde_json::from_str(text).expect("serde_json reads what the fast path read");
+        assert_eq!(fast, slow);
+    }
+    if let Ok(fast) = read::<&RawValue>(text) {
+        let slow: &RawValue = serde_json::from_str(text).expect("serde_json reads what the fast path read");
+        assert_eq!(fast.get(), slow.get());
+    }
+    if let Ok(fast) = read::<PodView<'_>>(text) {
+        let slow: PodView<'_> =
+            serde_json::from_str(text).expect("serde_json reads what the fast path read");
+        assert_eq!(format!("{fast:?}"), format!("{slow:?}"));
     }
 }
 

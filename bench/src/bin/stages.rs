@@ -7,7 +7,8 @@
 //! cargo run --release -p pdp-injector-bench --bin stages -- --bench 22KiB      # a filter, as with cargo bench
 //! ```
 //! `review` is all of it, as in benches/core.rs. `scan` is the floor of any parse: skipping the whole body
-//! without building anything (`scan_text`: the same after one UTF-8 check of the body, as the review reads it).
+//! without building anything (`scan_text`: the same after one UTF-8 check of the body, as the review reads it;
+//! `scan_fast`: the same with the webhook's own reader, `pdp_core::json`).
 //! The other stages are the steps of `review`: `decode` (its one pass: the AdmissionReview and the core's
 //! `PodView` of the Pod, `admission::decode_stage`), `view` (the `PodView` alone, from the Pod's slice),
 //! `decide`, `render` (the wiring as a patch, which parses the lists it extends), `encode` (patch JSON, base64,
@@ -85,6 +86,12 @@ fn stages(c: &mut Criterion) {
                 b.iter(|| {
                     let text = std::str::from_utf8(std::hint::black_box(&input)).unwrap();
                     serde_json::from_str::<serde::de::IgnoredAny>(text).unwrap()
+                })
+            });
+            group.bench_function(id("scan_fast"), |b| {
+                b.iter(|| {
+                    let text = std::str::from_utf8(std::hint::black_box(&input)).unwrap();
+                    pdp_core::json::read::<serde::de::IgnoredAny>(text).unwrap()
                 })
             });
             if class != Class::Inject {

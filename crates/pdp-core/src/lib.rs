@@ -2,6 +2,7 @@
 //! Kubernetes client, logging or command line: whatever needs them lives in the binary crate, which uses this
 //! one. Layers, each using only those above it:
 //! - [`names`], [`duration`], [`size`]: the names of the contract and the syntax of durations and sizes;
+//! - [`json`]: the reader of JSON text (serde_json's answers, sooner);
 //! - [`config`]: the admin's configuration, its built-ins, its validation, and its fit to one cluster;
 //! - [`core`]: decide, render, patch, pure and synchronous ([`core::inject`]);
 //! - [`admission`]: AdmissionReview bytes in, bytes out, around the core;
@@ -15,6 +16,7 @@ pub mod check;
 pub mod config;
 pub mod core;
 pub mod duration;
+pub mod json;
 pub mod names;
 pub mod offline;
 pub mod pki;

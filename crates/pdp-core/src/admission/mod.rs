@@ -185,7 +185,7 @@ fn decode<'a, O: Deserialize<'a>>(body: &'a [u8]) -> Result<RequestIn<'a, O>, Re
     let text =
         std::str::from_utf8(body).map_err(|e| ReviewError::Malformed(format!("not UTF-8: {e}")))?;
     let input: ReviewIn<'_, RequestIn<'_, O>> =
-        serde_json::from_str(text).map_err(|e| ReviewError::Malformed(e.to_string()))?;
+        crate::json::from_str(text).map_err(|e| ReviewError::Malformed(e.to_string()))?;
     let request = checked(input)?;
     if request.uid.is_empty() {
         return Err(ReviewError::MissingUid);

@@ -245,7 +245,7 @@ impl<'a> PodView<'a> {
     /// read, saying where (`spec.containers[0].name: invalid type ...`); fields that are not read are only
     /// checked to be JSON.
     pub fn parse(json: &'a str) -> Result<PodView<'a>, String> {
-        serde_json::from_str(json).map_err(|e| where_wrong(json, e))
+        crate::json::from_str(json).map_err(|e| where_wrong(json, e))
     }
 
     /// The value of annotation `key`.
@@ -292,7 +292,7 @@ pub fn parse_list<'a, T: Deserialize<'a>>(
     raw: Option<&'a RawValue>,
     what: &str,
 ) -> Result<Option<Vec<T>>, String> {
-    raw.map(|r| serde_json::from_str::<Option<Vec<T>>>(r.get()))
+    raw.map(|r| crate::json::from_str::<Option<Vec<T>>>(r.get()))
         .transpose()
         .map(Option::flatten)
         .map_err(|e| format!("{what} is not a valid list: {e}"))
@@ -382,7 +382,7 @@ pub fn volume_entries<'a>(
     };
     list.into_iter()
         .map(|raw| {
-            serde_json::from_str::<NameEntry<'a>>(raw.get())
+            crate::json::from_str::<NameEntry<'a>>(raw.get())
                 .map(|n| VolumeEntry { name: n.name, raw })
                 .map_err(|e| format!("spec.volumes has an invalid volume: {e}"))
         })
@@ -402,6 +402,23 @@ mod tests {
 
     fn raw(json: &str) -> Box<RawValue> {
         RawValue::from_string(json.to_string()).expect("test JSON")
+    }
+
+    #[test]
+    fn the_view_reads_as_serde_json_reads_it() {
+        // `parse` goes through crate::json's fast path; it must read what serde_json reads, keys given twice,
+        // escapes and skipped values included (crate::json's tests compare the two on broken texts).
+        let pod = r#"{"metadata":{"labels":{"pdp-injector.io/inject":"a","pdp-injector.io/inject":"b\u0021",
+            "other":"x"},"annotations":{"pdp-injector.io/profile":"cerbos","x":"{\"k\":[1,2]}"}},
+            "spec":{"containers":[{"name":"app","env":[{"name":"A"}],"volumeMounts":null,"image":"i"},
+            {"name":"c\u00e9","resources":{"limits":{"cpu":1.5}}}],"initContainers":[{"name":"i"}],
+            "volumes":[{"name":"v","emptyDir":{}}],"hostNetwork":true,"restartPolicy":"Never",
+            "shareProcessNamespace":false,"tolerations":[{"key":"k","tolerationSeconds":-3}]}}"#;
+        let fast = crate::json::read::<PodView<'_>>(pod).expect("the fast path reads it");
+        let slow: PodView<'_> = serde_json::from_str(pod).unwrap();
+        assert_eq!(format!("{fast:?}"), format!("{slow:?}"));
+        assert_eq!(fast.label("pdp-injector.io/inject"), Some("b!"));
+        assert_eq!(fast.containers()[1].name.as_str(), "c\u{e9}");
     }
 
     #[test]

@@ -1,0 +1,620 @@
+//! The reader of the webhook's JSON: a serde `Deserializer` over text, faster than serde_json's where the
+//! webhook spends its time (skipping the fields it does not read, and borrowing the strings and raw slices it
+//! does), with serde_json as the authority.
+//!
+//! [`from_str`] reads with this reader first; on any failure it parses the text again with serde_json and
+//! returns serde_json's answer, so an error's message (and the `where_wrong` path of a Pod's bad field) is
+//! always serde_json's own. The fast path therefore never has to explain anything: whatever it does not handle
+//! (floats, negative numbers, enums, a struct written as a list, nesting past 128 levels) it refuses and leaves
+//! to serde_json. What it must never do is accept a text that serde_json refuses, or read a value other than
+//! serde_json's: it checks the whole grammar, also inside the values it skips (strings with their escapes and
+//! control characters, numbers, literals, commas and colons, one value and only whitespace after it), and
+//! `tests` compare the two readers on valid and broken texts. The input is `&str`: UTF-8 was checked once for
+//! the whole body.
+//!
+//! Why it is faster: serde_json skips an unread value token by token through its general machinery (about
+//! 12 instructions per byte of a Pod's env lists, callgrind); here a skipped value is one loop with the open
+//! containers as bits of one integer, and strings are searched 8 bytes at a time for a quote, a backslash or a
+//! control character.
+
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::value::BorrowedStrDeserializer;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+/// serde_json's name for `RawValue` in the serde protocol: `&RawValue`'s `Deserialize` asks for a newtype struct
+/// of this name and takes the text from a one-entry map. Private to serde_json; were it to change, a `RawValue`
+/// would fail here and fall back to serde_json, slower but still right (unit test `raw_values_are_read_here`).
+const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
+/// Nesting of the values a type reads, as serde_json's recursion limit (skipped values have their own, below).
+const TYPED_DEPTH: u8 = 128;
+
+/// Nesting inside a skipped value that the fast path follows (one bit per level); deeper is left to serde_json,
+/// which walks it without a limit.
+const SKIPPED_DEPTH: u32 = 128;
+
+/// The fast path declined: serde_json reads the text again and decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fallback;
+
+impl fmt::Display for Fallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("left to serde_json")
+    }
+}
+
+impl std::error::Error for Fallback {}
+
+impl de::Error for Fallback {
+    fn custom<T: fmt::Display>(_: T) -> Self {
+        Fallback
+    }
+}
+
+type Result<T> = std::result::Result<T, Fallback>;
+
+/// Reads `text` as `T`: exactly what `serde_json::from_str` returns, value or error, sooner.
+pub fn from_str<'a, T: Deserialize<'a>>(text: &'a str) -> serde_json::Result<T> {
+    match read(text) {
+        Ok(value) => Ok(value),
+        Err(Fallback) => serde_json::from_str(text),
+    }
+}
+
+/// The fast path alone (for the tests and the fuzz checks that compare it with serde_json).
+pub fn read<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T> {
+    let mut reader = Reader {
+        text,
+        bytes: text.as_bytes(),
+        pos: 0,
+        depth: TYPED_DEPTH,
+        scratch: String::new(),
+    };
+    let value = T::deserialize(&mut reader)?;
+    match reader.peek() {
+        None => Ok(value),
+        Some(_) => Err(Fallback),
+    }
+}
+
+struct Reader<'de> {
+    text: &'de str,
+    bytes: &'de [u8],
+    pos: usize,
+    /// Typed nesting still allowed.
+    depth: u8,
+    /// An escaped string, unescaped (most strings have no escape and are lent from the text).
+    scratch: String,
+}
+
+/// The index of the first `"`, `\` or control character at or after `i`, or the length: 8 bytes at a time (the
+/// borrow of a subtraction only runs into the bytes above a match, so the lowest flagged byte is the first).
+#[inline]
+fn next_stop(bytes: &[u8], mut i: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    while let Some(chunk) = bytes.get(i..i + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word);
+        let control = x.wrapping_sub(ONES * 0x20) & !x;
+        let q = x ^ (ONES * u64::from(b'"'));
+        let quote = q.wrapping_sub(ONES) & !q;
+        let b = x ^ (ONES * u64::from(b'\\'));
+        let backslash = b.wrapping_sub(ONES) & !b;
+        let found = (control | quote | backslash) & (ONES << 7);
+        if found != 0 {
+            return i + (found.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while let Some(&c) = bytes.get(i) {
+        if c == b'"' || c == b'\\' || c < 0x20 {
+            return i;
+        }
+        i += 1;
+    }
+    i
+}
+
+fn hex4(bytes: &[u8], at: usize) -> Result<u32> {
+    let digits = bytes.get(at..at + 4).ok_or(Fallback)?;
+    digits.iter().try_fold(0u32, |n, &d| {
+        let v = (d as char).to_digit(16).ok_or(Fallback)?;
+        Ok(n * 16 + v)
+    })
+}
+
+/// The text of a string with escapes (already checked by `skip_string`), unescaped into `out`; a lone
+/// surrogate is refused, as serde_json refuses it in a string it reads.
+fn unescape(s: &str, out: &mut String) -> Result<()> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while let Some(offset) = memchr::memchr(b'\\', &b[i..]) {
+        out.push_str(s.get(i..i + offset).ok_or(Fallback)?);
+        i += offset + 1;
+        let c = match b.get(i).ok_or(Fallback)? {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => {
+                let first = hex4(b, i + 1)?;
+                i += 4;
+                if (0xD800..0xDC00).contains(&first) {
+                    if b.get(i + 1..i + 3) != Some(b"\\u") {
+                        return Err(Fallback);
+                    }
+                    let second = hex4(b, i + 3)?;
+                    if !(0xDC00..0xE000).contains(&second) {
+                        return Err(Fallback);
+                    }
+                    i += 6;
+                    char::from_u32(0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00))
+                        .ok_or(Fallback)?
+                } else {
+                    char::from_u32(first).ok_or(Fallback)?
+                }
+            }
+            _ => return Err(Fallback),
+        };
+        out.push(c);
+        i += 1;
+    }
+    out.push_str(s.get(i..).ok_or(Fallback)?);
+    Ok(())
+}
+
+impl<'de> Reader<'de> {
+    /// The next byte after whitespace, not consumed.
+    #[inline]
+    fn peek(&mut self) -> Option<u8> {
+        loop {
+            match self.bytes.get(self.pos) {
+                Some(b' ' | b'\n' | b'\r' | b'\t') => self.pos += 1,
+                Some(&b) => return Some(b),
+                None => return None,
+            }
+        }
+    }
+
+    #[inline]
+    fn eat(&mut self, byte: u8) -> Result<()> {
+        if self.peek() == Some(byte) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(Fallback)
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Result<()> {
+        if self.bytes[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            Ok(())
+        } else {
+            Err(Fallback)
+        }
+    }
+
+    /// From just after an opening quote to just after the closing one, checking escapes and refusing control
+    /// characters; whether the string holds an escape.
+    #[inline]
+    fn skip_string(&mut self) -> Result<bool> {
+        let mut escaped = false;
+        loop {
+            let i = next_stop(self.bytes, self.pos);
+            match self.bytes.get(i) {
+                Some(b'"') => {
+                    self.pos = i + 1;
+                    return Ok(escaped);
+                }
+                Some(b'\\') => {
+                    escaped = true;
+                    self.pos = i + 1;
+                    match self.bytes.get(self.pos) {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
+                            self.pos += 1
+                        }
+                        // Only the digits are checked here, as serde_json does in what it skips; a string
+                        // that is read is unescaped, and a lone surrogate refused, by `unescape`.
+                        Some(b'u') => {
+                            hex4(self.bytes, self.pos + 1)?;
+                            self.pos += 5;
+                        }
+                        _ => return Err(Fallback),
+                    }
+                }
+                _ => return Err(Fallback),
+            }
+        }
+    }
+
+    /// A number by JSON's grammar (no leading zero, digits after a point and in an exponent).
+    fn skip_number(&mut self) -> Result<()> {
+        let b = self.bytes;
+        let digits = |mut i: usize| {
+            while matches!(b.get(i), Some(b'0'..=b'9')) {
+                i += 1;
+            }
+            i
+        };
+        let mut i = self.pos;
+        if b.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        match b.get(i) {
+            Some(b'0') => {
+                i += 1;
+                if matches!(b.get(i), Some(b'0'..=b'9')) {
+                    return Err(Fallback);
+                }
+            }
+            Some(b'1'..=b'9') => i = digits(i + 1),
+            _ => return Err(Fallback),
+        }
+        if b.get(i) == Some(&b'.') {
+            let end = digits(i + 1);
+            if end == i + 1 {
+                return Err(Fallback);
+            }
+            i = end;
+        }
+        if matches!(b.get(i), Some(b'e' | b'E')) {
+            i += 1;
+            if matches!(b.get(i), Some(b'+' | b'-')) {
+                i += 1;
+            }
+            let end = digits(i);
+            if end == i {
+                return Err(Fallback);
+            }
+            i = end;
+        }
+        self.pos = i;
+        Ok(())
+    }
+
+    /// Skips one value, checking its grammar, without recursion: the open containers are bits of `open`
+    /// (1 for an object), the innermost lowest.
+    fn skip_value(&mut self) -> Result<()> {
+        let mut open: u128 = 0;
+        let mut depth: u32 = 0;
+        'value: loop {
+            match self.peek() {
+                Some(b'"') => {
+                    self.pos += 1;
+                    self.skip_string()?;
+                }
+                Some(b'{') => {
+                    self.pos += 1;
+                    match self.peek() {
+                        Some(b'}') => self.pos += 1,
+                        Some(b'"') if depth < SKIPPED_DEPTH => {
+                            open = (open << 1) | 1;
+                            depth += 1;
+                            self.pos += 1;
+                            self.skip_string()?;
+                            self.eat(b':')?;
+                            continue 'value;
+                        }
+                        _ => return Err(Fallback),
+                    }
+                }
+                Some(b'[') => {
+                    self.pos += 1;
+                    match self.peek() {
+                        Some(b']') => self.pos += 1,
+                        Some(_) if depth < SKIPPED_DEPTH => {
+                            open <<= 1;
+                            depth += 1;
+                            continue 'value;
+                        }
+                        _ => return Err(Fallback),
+                    }
+                }
+                Some(b't') => self.literal(b"true")?,
+                Some(b'f') => self.literal(b"false")?,
+                Some(b'n') => self.literal(b"null")?,
+                Some(b'-' | b'0'..=b'9') => self.skip_number()?,
+                _ => return Err(Fallback),
+            }
+            // A value is complete: close containers until one goes on with a comma.
+            loop {
+                if depth == 0 {
+                    return Ok(());
+                }
+                let object = open & 1 == 1;
+                match self.peek() {
+                    Some(b',') => {
+                        self.pos += 1;
+                        if object {
+                            self.eat(b'"')?;
+                            self.skip_string()?;
+                            self.eat(b':')?;
+                        }
+                        continue 'value;
+                    }
+                    Some(b'}') if object => {}
+                    Some(b']') if !object => {}
+                    _ => return Err(Fallback),
+                }
+                self.pos += 1;
+                open >>= 1;
+                depth -= 1;
+            }
+        }
+    }
+
+    /// A string at `pos` (its opening quote), lent from the text when it has no escape.
+    fn read_str<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value> {
+        self.pos += 1;
+        let start = self.pos;
+        let escaped = self.skip_string()?;
+        let text = self.text.get(start..self.pos - 1).ok_or(Fallback)?;
+        if !escaped {
+            return visitor.visit_borrowed_str(text);
+        }
+        self.scratch.clear();
+        unescape(text, &mut self.scratch)?;
+        visitor.visit_str(&self.scratch)
+    }
+
+    fn enter(&mut self) -> Result<()> {
+        self.depth = self.depth.checked_sub(1).ok_or(Fallback)?;
+        Ok(())
+    }
+
+    fn read_seq<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value> {
+        self.pos += 1;
+        self.enter()?;
+        let value = visitor.visit_seq(Seq {
+            reader: self,
+            first: true,
+        })?;
+        self.depth += 1;
+        // A visitor that stopped early leaves elements behind: an error, as in serde_json.
+        self.eat(b']')?;
+        Ok(value)
+    }
+
+    fn read_map<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value> {
+        self.pos += 1;
+        self.enter()?;
+        let value = visitor.visit_map(Map {
+            reader: self,
+            first: true,
+        })?;
+        self.depth += 1;
+        self.eat(b'}')?;
+        Ok(value)
+    }
+}
+
+struct Seq<'r, 'de> {
+    reader: &'r mut Reader<'de>,
+    first: bool,
+}
+
+impl<'de> SeqAccess<'de> for Seq<'_, 'de> {
+    type Error = Fallback;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>> {
+        match self.reader.peek() {
+            Some(b']') => return Ok(None),
+            Some(b',') if !self.first => self.reader.pos += 1,
+            Some(_) if self.first => {}
+            _ => return Err(Fallback),
+        }
+        self.first = false;
+        // After a comma, a `]` is no value: every method below refuses it.
+        seed.deserialize(&mut *self.reader).map(Some)
+    }
+}
+
+struct Map<'r, 'de> {
+    reader: &'r mut Reader<'de>,
+    first: bool,
+}
+
+impl<'de> MapAccess<'de> for Map<'_, 'de> {
+    type Error = Fallback;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>> {
+        match self.reader.peek() {
+            Some(b'}') => return Ok(None),
+            Some(b',') if !self.first => {
+                self.reader.pos += 1;
+                if self.reader.peek() != Some(b'"') {
+                    return Err(Fallback);
+                }
+            }
+            Some(b'"') if self.first => {}
+            _ => return Err(Fallback),
+        }
+        self.first = false;
+        seed.deserialize(&mut *self.reader).map(Some)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
+        self.reader.eat(b':')?;
+        seed.deserialize(&mut *self.reader)
+    }
+}
+
+/// A raw value as serde_json hands it to `&RawValue`: one entry, the token and the text.
+struct RawMap<'de>(Option<&'de str>);
+
+impl<'de> MapAccess<'de> for RawMap<'de> {
+    type Error = Fallback;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>> {
+        if self.0.is_none() {
+            return Ok(None);
+        }
+        seed.deserialize(BorrowedStrDeserializer::new(RAW_VALUE_TOKEN))
+            .map(Some)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
+        let raw = self.0.take().ok_or(Fallback)?;
+        seed.deserialize(BorrowedStrDeserializer::new(raw))
+    }
+}
+
+impl<'de> Deserializer<'de> for &mut Reader<'de> {
+    type Error = Fallback;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        match self.peek() {
+            Some(b'n') => self.deserialize_unit(visitor),
+            Some(b't' | b'f') => self.deserialize_bool(visitor),
+            Some(b'"') => self.read_str(visitor),
+            Some(b'[') => self.read_seq(visitor),
+            Some(b'{') => self.read_map(visitor),
+            // Non-negative integers only: serde_json's choice between i64, u64 and f64 for the others (`-0` is
+            // a float there) is left to it.
+            Some(b'0'..=b'9') => {
+                let start = self.pos;
+                self.skip_number()?;
+                let digits = &self.text[start..self.pos];
+                if !digits.bytes().all(|d| d.is_ascii_digit()) {
+                    return Err(Fallback);
+                }
+                visitor.visit_u64(digits.parse().map_err(|_| Fallback)?)
+            }
+            _ => Err(Fallback),
+        }
+    }
+
+    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        match self.peek() {
+            Some(b't') => {
+                self.literal(b"true")?;
+                visitor.visit_bool(true)
+            }
+            Some(b'f') => {
+                self.literal(b"false")?;
+                visitor.visit_bool(false)
+            }
+            _ => Err(Fallback),
+        }
+    }
+
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        match self.peek() {
+            Some(b'"') => self.read_str(visitor),
+            _ => Err(Fallback),
+        }
+    }
+
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        self.deserialize_str(visitor)
+    }
+
+    fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        self.deserialize_str(visitor)
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        match self.peek() {
+            Some(b'n') => {
+                self.literal(b"null")?;
+                visitor.visit_none()
+            }
+            _ => visitor.visit_some(self),
+        }
+    }
+
+    fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        match self.peek() {
+            Some(b'n') => {
+                self.literal(b"null")?;
+                visitor.visit_unit()
+            }
+            _ => Err(Fallback),
+        }
+    }
+
+    fn deserialize_unit_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value> {
+        self.deserialize_unit(visitor)
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value> {
+        if name == RAW_VALUE_TOKEN {
+            // As serde_json: the value's own text, without the whitespace around it.
+            self.peek();
+            let start = self.pos;
+            self.skip_value()?;
+            let raw = self.text.get(start..self.pos).ok_or(Fallback)?;
+            return visitor.visit_map(RawMap(Some(raw)));
+        }
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        match self.peek() {
+            Some(b'[') => self.read_seq(visitor),
+            _ => Err(Fallback),
+        }
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        match self.peek() {
+            Some(b'{') => self.read_map(visitor),
+            _ => Err(Fallback),
+        }
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value> {
+        // serde_json also reads a struct from a list of its fields in order: left to it.
+        self.deserialize_map(visitor)
+    }
+
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        self.skip_value()?;
+        visitor.visit_unit()
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        _visitor: V,
+    ) -> Result<V::Value> {
+        Err(Fallback)
+    }
+
+    fn deserialize_bytes<V: Visitor<'de>>(self, _visitor: V) -> Result<V::Value> {
+        Err(Fallback)
+    }
+
+    fn deserialize_byte_buf<V: Visitor<'de>>(self, _visitor: V) -> Result<V::Value> {
+        Err(Fallback)
+    }
+
+    serde::forward_to_deserialize_any! {
+        i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char tuple tuple_struct
+    }
+}
+
+#[cfg(test)]
+mod tests;

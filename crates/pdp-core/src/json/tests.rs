@@ -1,0 +1,275 @@
+//! The fast path against serde_json: on every text, valid or broken, either it declines or it reads what
+//! serde_json reads; it never accepts what serde_json refuses.
+
+use std::fmt::Debug;
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
+
+use super::{Fallback, from_str, read};
+
+/// A small review with something of everything the grammar has: escapes (also surrogate pairs), numbers of
+/// each shape, literals, empty and nested containers, whitespace, raw lists, and fields the view skips.
+const SAMPLE: &str = r#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u-1",
+ "object":{"metadata":{"name":"p","labels":{"app":"a\"b","x\u002fy":"\ud83d\ude00"},
+ "annotations":{"pdp-injector.io/inject":"daemonset","n":"\\ \/ \b\f\n\r\t"}},
+ "spec":{"containers":[{"name":"app","image":"i:1","env":[{"name":"A","value":"1"},{"name":"B",
+ "valueFrom":{"fieldRef":{"fieldPath":"status.hostIP"}}}],"ports":[{"containerPort":8080}],
+ "resources":{"limits":{"cpu":-1.5e-3,"memory":0,"x":12E+2,"y":0.25}},"volumeMounts":[]}],
+ "initContainers":[],"volumes":[ {"name":"v","emptyDir":{}} ],"hostNetwork":false,
+ "restartPolicy":"Always","tolerations":[[],[[]],{},null,true,"s"]}},"oldObject":null,"dryRun":true}}"#;
+
+/// Typed readers the webhook uses, each compared as its `Debug` text.
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)] // Read through `Debug`.
+struct Envelope<'a> {
+    #[serde(borrow)]
+    request: Option<Request<'a>>,
+    #[serde(borrow)]
+    kind: Option<&'a str>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // Read through `Debug`.
+struct Request<'a> {
+    uid: Option<String>,
+    #[serde(borrow)]
+    object: Option<Object<'a>>,
+    #[serde(borrow)]
+    old_object: Option<&'a RawValue>,
+    dry_run: Option<bool>,
+}
+
+/// The shape of the core's view of a Pod (`core::PodView`, compared in `core::view`'s tests and by the fuzz
+/// checks): maps of strings, lists of structs, raw lists, a bool.
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)] // Read through `Debug`.
+struct Object<'a> {
+    #[serde(borrow)]
+    metadata: Option<Meta<'a>>,
+    #[serde(borrow)]
+    spec: Option<Spec<'a>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)] // Read through `Debug`.
+struct Meta<'a> {
+    #[serde(borrow)]
+    name: Option<std::borrow::Cow<'a, str>>,
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // Read through `Debug`.
+struct Spec<'a> {
+    #[serde(borrow)]
+    containers: Option<Vec<Container<'a>>>,
+    #[serde(borrow)]
+    volumes: Option<&'a RawValue>,
+    host_network: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)] // Read through `Debug`.
+struct Container<'a> {
+    #[serde(default)]
+    name: String,
+    #[serde(borrow)]
+    env: Option<&'a RawValue>,
+}
+
+fn agree<'a, T: Deserialize<'a> + Debug>(text: &'a str) -> bool {
+    let fast = read::<T>(text);
+    let slow = serde_json::from_str::<T>(text);
+    match (&fast, &slow) {
+        (Err(Fallback), _) => {}
+        (Ok(f), Ok(s)) => assert_eq!(format!("{f:?}"), format!("{s:?}"), "{text:?}"),
+        (Ok(f), Err(e)) => {
+            panic!("fast path accepted what serde_json refuses ({e}): {f:?} from {text:?}")
+        }
+    }
+    fast.is_ok()
+}
+
+fn agree_all(text: &str) -> bool {
+    let envelope = agree::<Envelope<'_>>(text);
+    agree::<IgnoredAny>(text);
+    agree::<&RawValue>(text);
+    agree::<serde_json::Value>(text);
+    agree::<Vec<&RawValue>>(text);
+    agree::<Object<'_>>(text);
+    envelope
+}
+
+#[test]
+fn the_sample_is_read_by_the_fast_path_as_serde_json_reads_it() {
+    assert!(agree_all(SAMPLE));
+    assert!(read::<IgnoredAny>(SAMPLE).is_ok());
+    assert!(read::<Envelope<'_>>(SAMPLE).is_ok());
+}
+
+#[test]
+fn every_truncation_and_one_byte_change_of_the_sample_agrees() {
+    // A broken text must be refused by the fast path (serde_json then says why), never read differently.
+    let bytes = SAMPLE.as_bytes();
+    let mut read_fast = 0;
+    for end in 0..bytes.len() {
+        if let Ok(text) = std::str::from_utf8(&bytes[..end]) {
+            agree_all(text);
+        }
+    }
+    let swaps: &[u8] = b"\"\\,:[]{}0-.eE+ \x01\nxtfnu/";
+    for at in 0..bytes.len() {
+        let mut removed = bytes.to_vec();
+        removed.remove(at);
+        if let Ok(text) = std::str::from_utf8(&removed) {
+            agree_all(text);
+        }
+        for &swap in swaps {
+            let mut changed = bytes.to_vec();
+            changed[at] = swap;
+            if let Ok(text) = std::str::from_utf8(&changed)
+                && agree_all(text)
+            {
+                read_fast += 1;
+            }
+        }
+    }
+    // Most changes leave valid JSON (a letter in a string): the fast path must still take those.
+    assert!(read_fast > bytes.len() * swaps.len() / 4, "{read_fast}");
+}
+
+#[test]
+fn the_fixture_review_agrees() {
+    let text = include_str!("../../../../tests/fixtures/admissionreview-v1-pod-create.json");
+    assert!(agree_all(text));
+    for end in (0..text.len()).step_by(7) {
+        if let Some(prefix) = text.get(..end) {
+            agree_all(prefix);
+        }
+    }
+}
+
+#[test]
+fn raw_values_are_read_here() {
+    // The serde protocol of serde_json's RawValue, followed by the fast path (no fallback).
+    let list = read::<Vec<&RawValue>>(" [ 1 , {\"a\" : [2,\"]\"]} ,\"s\",null ] ").unwrap();
+    let texts: Vec<&str> = list.iter().map(|r| r.get()).collect();
+    assert_eq!(texts, ["1", "{\"a\" : [2,\"]\"]}", "\"s\"", "null"]);
+}
+
+#[test]
+fn strings_are_lent_or_unescaped_as_serde_json_does() {
+    for text in [
+        r#""plain""#,
+        r#""a\u0042\n\"\\\/\ud83d\ude00""#,
+        r#""é ü 日本""#,
+    ] {
+        assert_eq!(
+            read::<String>(text),
+            Ok(serde_json::from_str::<String>(text).unwrap())
+        );
+    }
+    let borrowed: &str = read(r#""lent""#).unwrap();
+    assert_eq!(borrowed, "lent");
+    // Refused by both: lone surrogates read as text, control characters, bad escapes, unclosed strings.
+    for text in [
+        r#""\ud83d""#,
+        r#""\ude00x""#,
+        r#""\ud83d\u0041""#,
+        "\"a\u{1}b\"",
+        r#""\x""#,
+        r#""\u12g4""#,
+        r#""open"#,
+    ] {
+        assert_eq!(read::<String>(text), Err(Fallback), "{text}");
+        assert!(serde_json::from_str::<String>(text).is_err(), "{text}");
+    }
+    // A skipped string's \u escapes are only checked to be hexadecimal, as serde_json checks them.
+    assert!(read::<IgnoredAny>(r#""\ud83d""#).is_ok());
+    assert!(serde_json::from_str::<IgnoredAny>(r#""\ud83d""#).is_ok());
+}
+
+#[test]
+fn grammar_errors_in_skipped_values_are_refused() {
+    for text in [
+        "01",
+        "-",
+        "1.",
+        "1e",
+        "1e+",
+        ".5",
+        "+1",
+        "tru",
+        "nul",
+        "[1,]",
+        "[,1]",
+        "{\"a\":1,}",
+        "{\"a\"1}",
+        "{1:2}",
+        "[1 2]",
+        "{\"a\":1 \"b\":2}",
+        "[",
+        "{",
+        "]",
+        "",
+        " ",
+        "1 2",
+        "[1]]",
+        "{\"a\":}",
+        "\"a\"x",
+        "[\"a\",]",
+        "{,}",
+    ] {
+        assert_eq!(read::<IgnoredAny>(text), Err(Fallback), "{text:?}");
+        assert!(
+            serde_json::from_str::<IgnoredAny>(text).is_err(),
+            "{text:?}"
+        );
+    }
+    for text in [
+        "0",
+        "-0",
+        "1.5e-3",
+        "12E+2",
+        "0.25",
+        "[]",
+        "{}",
+        " [ [ ] , { } ] ",
+        "{\"a\":[1,{\"b\":null}]}",
+        "true",
+        "false",
+        "null",
+        "\"\"",
+    ] {
+        assert_eq!(read::<IgnoredAny>(text).map(drop), Ok(()), "{text:?}");
+    }
+}
+
+#[test]
+fn deep_nesting_is_left_to_serde_json() {
+    // Past 128 levels the fast path declines; serde_json walks a skipped value without a limit.
+    let deep = "[".repeat(200) + &"]".repeat(200);
+    assert_eq!(read::<IgnoredAny>(&deep), Err(Fallback));
+    assert!(from_str::<IgnoredAny>(&deep).is_ok());
+    let shallow = "[".repeat(100) + &"]".repeat(100);
+    assert!(read::<IgnoredAny>(&shallow).is_ok());
+}
+
+#[test]
+fn errors_are_serde_json_s_own() {
+    let text = r#"{"metadata": {"labels": {"a": 1}}}"#;
+    let fast = from_str::<Object<'_>>(text).unwrap_err().to_string();
+    let slow = serde_json::from_str::<Object<'_>>(text)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(fast, slow);
+    // What the fast path declines but serde_json accepts still reads: a struct written as a list.
+    assert_eq!(read::<Object<'_>>("[null, null]").map(drop), Err(Fallback));
+    let listed: serde_json::Result<Object<'_>> = from_str("[null, null]");
+    assert!(listed.is_ok());
+}
