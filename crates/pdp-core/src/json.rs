@@ -65,18 +65,17 @@ pub fn from_str<'a, T: Deserialize<'a>>(text: &'a str) -> serde_json::Result<T> 
 
 /// The fast path alone (for the tests and the fuzz checks that compare it with serde_json).
 pub fn read<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T> {
-    let mut reader = Reader {
-        text,
-        bytes: text.as_bytes(),
-        pos: 0,
-        depth: TYPED_DEPTH,
-        scratch: String::new(),
-    };
+    let mut reader = Reader::new(text);
     let value = T::deserialize(&mut reader)?;
-    match reader.peek() {
-        None => Ok(value),
-        Some(_) => Err(Fallback),
-    }
+    reader.end().map(|()| value)
+}
+
+/// A list in `text` handed to `visitor` by the fast path, for a visitor that may stop before the list's end
+/// (which, as in serde_json, ends in an error): the caller reads what the visitor saw.
+pub fn visit_seq<'a, V: Visitor<'a>>(text: &'a str, visitor: V) -> Result<V::Value> {
+    let mut reader = Reader::new(text);
+    let value = (&mut reader).deserialize_seq(visitor)?;
+    reader.end().map(|()| value)
 }
 
 struct Reader<'de> {
@@ -171,6 +170,24 @@ fn unescape(s: &str, out: &mut String) -> Result<()> {
 }
 
 impl<'de> Reader<'de> {
+    fn new(text: &'de str) -> Self {
+        Reader {
+            text,
+            bytes: text.as_bytes(),
+            pos: 0,
+            depth: TYPED_DEPTH,
+            scratch: String::new(),
+        }
+    }
+
+    /// Only whitespace may follow the value.
+    fn end(&mut self) -> Result<()> {
+        match self.peek() {
+            None => Ok(()),
+            Some(_) => Err(Fallback),
+        }
+    }
+
     /// The next byte after whitespace, not consumed.
     #[inline]
     fn peek(&mut self) -> Option<u8> {

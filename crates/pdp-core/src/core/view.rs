@@ -357,14 +357,26 @@ pub fn first_unnamed<'w, W: AsRef<str>>(
     {
         let mut sorted: Vec<usize> = (0..wanted.len()).collect();
         sorted.sort_unstable_by(|&a, &b| wanted[a].as_ref().cmp(wanted[b].as_ref()));
-        let mut de = serde_json::Deserializer::from_str(raw.get());
-        // Stopping early leaves the list unfinished, which serde_json reports as an error: `found` holds the
-        // answer either way.
-        let _ = de.deserialize_seq(Names {
-            wanted,
-            sorted: &sorted,
-            found: &mut found,
-        });
+        // Stopping early leaves the list unfinished, which both readers report as an error: `found` holds the
+        // answer either way. The fast reader's answer stands when it found every name or read the whole list;
+        // otherwise it may have declined an entry serde_json reads (crate::json), so serde_json reads again.
+        let fast = crate::json::visit_seq(
+            raw.get(),
+            Names {
+                wanted,
+                sorted: &sorted,
+                found: &mut found,
+            },
+        );
+        if fast.is_err() && found.contains(&false) {
+            found.fill(false);
+            let mut de = serde_json::Deserializer::from_str(raw.get());
+            let _ = de.deserialize_seq(Names {
+                wanted,
+                sorted: &sorted,
+                found: &mut found,
+            });
+        }
     }
     wanted
         .iter()
@@ -456,6 +468,12 @@ mod tests {
         assert_eq!(
             first_unnamed(Some(&raw(r#"{"name":"A"}"#)), &["A"]),
             Some("A")
+        );
+        // What the fast reader declines (an entry written as a list, which serde_json reads as a struct) is read
+        // again by serde_json: the answer is serde_json's.
+        assert_eq!(
+            first_unnamed(Some(&raw(r#"[["A"],{"name":"B"}]"#)), &["A", "B"]),
+            None
         );
         // Entries are read up to the last name wanted: a broken entry before it hides what follows, after it
         // changes nothing.
