@@ -14,8 +14,10 @@
 //!
 //! Why it is faster: serde_json skips an unread value token by token through its general machinery (about
 //! 12 instructions per byte of a Pod's env lists, callgrind); here a skipped value is one loop with the open
-//! containers as bits of one integer, and strings are searched 8 bytes at a time for a quote, a backslash or a
-//! control character.
+//! containers as bits of one integer, and the quotes, backslashes and control characters of 64 bytes are found
+//! at once (vector compares the compiler writes from plain loops) and kept as the bits of one word, so that most
+//! strings end with a look at that word (callgrind, 22 KiB review: 84 instructions per string with a search 8
+//! bytes at a time, about 45 this way).
 
 use std::fmt;
 
@@ -86,6 +88,29 @@ struct Reader<'de> {
     depth: u8,
     /// An escaped string, unescaped (most strings have no escape and are lent from the text).
     scratch: String,
+    /// Where the 64-byte block of `stops` starts (`usize::MAX`: none yet).
+    block: usize,
+    /// Bit `k` set when byte `block + k` is a quote, a backslash or a control character.
+    stops: u64,
+}
+
+/// The bytes of a 64-byte block that stop a string's search (`"`, `\`, control characters), as bits: written
+/// as plain loops over the block that the compiler turns into vector compares (no `unsafe`, no per-CPU code),
+/// then packed 8 flags at a time by one multiplication (flag `i` lands on bit 56 + i without carries).
+#[inline]
+fn stop_mask(block: &[u8; 64]) -> u64 {
+    let mut flags = [0u8; 64];
+    for (f, &b) in flags.iter_mut().zip(block) {
+        *f = u8::from(b == b'"') | u8::from(b == b'\\') | u8::from(b < 0x20);
+    }
+    let mut mask = 0u64;
+    for (k, chunk) in flags.chunks_exact(8).enumerate() {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let packed = u64::from_le_bytes(word).wrapping_mul(0x0102_0408_1020_4080) >> 56;
+        mask |= packed << (8 * k);
+    }
+    mask
 }
 
 /// The index of the first `"`, `\` or control character at or after `i`, or the length: 8 bytes at a time (the
@@ -177,6 +202,30 @@ impl<'de> Reader<'de> {
             pos: 0,
             depth: TYPED_DEPTH,
             scratch: String::new(),
+            block: usize::MAX,
+            stops: 0,
+        }
+    }
+
+    /// `next_stop` by whole 64-byte blocks, each searched once and kept while the strings in it are read (a
+    /// Pod's strings are short: most searches end in the block the last one ended in); the tail shorter than
+    /// a block is searched by `next_stop`.
+    #[inline]
+    fn next_stop(&mut self, mut i: usize) -> usize {
+        loop {
+            let start = i & !63;
+            if self.block != start {
+                let Some(block) = self.bytes.get(start..).and_then(<[u8]>::first_chunk) else {
+                    return next_stop(self.bytes, i);
+                };
+                self.stops = stop_mask(block);
+                self.block = start;
+            }
+            let ahead = self.stops & (u64::MAX << (i - start));
+            if ahead != 0 {
+                return start + ahead.trailing_zeros() as usize;
+            }
+            i = start + 64;
         }
     }
 
@@ -223,9 +272,25 @@ impl<'de> Reader<'de> {
     /// characters; whether the string holds an escape.
     #[inline]
     fn skip_string(&mut self) -> Result<bool> {
+        // Most strings end in the block the previous one ended in, with nothing to check on the way: that case
+        // is a few instructions inline, the rest a call.
+        let start = self.pos & !63;
+        if self.block == start {
+            let ahead = self.stops & (u64::MAX << (self.pos - start));
+            let at = start + ahead.trailing_zeros() as usize;
+            if ahead != 0 && self.bytes.get(at) == Some(&b'"') {
+                self.pos = at + 1;
+                return Ok(false);
+            }
+        }
+        self.skip_string_on()
+    }
+
+    #[inline(never)]
+    fn skip_string_on(&mut self) -> Result<bool> {
         let mut escaped = false;
         loop {
-            let i = next_stop(self.bytes, self.pos);
+            let i = self.next_stop(self.pos);
             match self.bytes.get(i) {
                 Some(b'"') => {
                     self.pos = i + 1;

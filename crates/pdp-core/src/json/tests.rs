@@ -273,3 +273,32 @@ fn errors_are_serde_json_s_own() {
     let listed: serde_json::Result<Object<'_>> = from_str("[null, null]");
     assert!(listed.is_ok());
 }
+
+#[test]
+fn a_block_s_stops_are_its_quotes_backslashes_and_control_characters() {
+    // Every byte value at every place in the block, against the byte-by-byte definition.
+    for at in 0..64 {
+        for byte in 0..=255u8 {
+            let mut block = [b'a'; 64];
+            block[at] = byte;
+            let expected = if byte == b'"' || byte == b'\\' || byte < 0x20 {
+                1u64 << at
+            } else {
+                0
+            };
+            assert_eq!(
+                super::stop_mask(&block),
+                expected,
+                "byte {byte:#04x} at {at}"
+            );
+        }
+    }
+    let mixed: Vec<u8> = (0..64u8)
+        .map(|i| [b'"', b'x', b'\\', 0x1f, 0x20, 0x7f, 0xff][usize::from(i) % 7])
+        .collect();
+    let block: &[u8; 64] = mixed.as_slice().try_into().unwrap();
+    let expected = (0..64)
+        .filter(|&i| [0, 2, 3].contains(&(i % 7)))
+        .fold(0u64, |m, i| m | 1 << i);
+    assert_eq!(super::stop_mask(block), expected);
+}
