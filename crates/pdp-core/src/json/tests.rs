@@ -224,6 +224,16 @@ fn grammar_errors_in_skipped_values_are_refused() {
         "\"a\"x",
         "[\"a\",]",
         "{,}",
+        // The run of compact string members (`,"key":"value"`), broken at each of its steps.
+        "{\"a\":\"b\",}",
+        "{\"a\":\"b\",\"c\"}",
+        "{\"a\":\"b\",\"c\":}",
+        "{\"a\":\"b\",\"c\":\"d\"",
+        "{\"a\":\"b\",\"c\":\"d\",",
+        "{\"a\":\"b\",\"c\":\"d\"]",
+        "{\"a\":\"b\",\"c\":\"d\" \"e\":\"f\"}",
+        "{\"a\":\"b\",\"c\":\"d\u{1}\"}",
+        "[{\"a\":\"b\",\"c\":\"d\"}}",
     ] {
         assert_eq!(read::<IgnoredAny>(text), Err(Fallback), "{text:?}");
         assert!(
@@ -245,6 +255,9 @@ fn grammar_errors_in_skipped_values_are_refused() {
         "false",
         "null",
         "\"\"",
+        "{\"a\":\"b\",\"c\":\"d\",\"e\":\"f\"}",
+        "{\"a\":\"b\",\"c\" : \"d\" ,\"e\":1,\"f\":\"g\",\"h\":[\"i\",\"j\"]}",
+        "[{\"a\":\"b\",\"c\":{\"d\":\"e\",\"f\":\"g\"}},\"h\",\"i\"]",
     ] {
         assert_eq!(read::<IgnoredAny>(text).map(drop), Ok(()), "{text:?}");
     }
