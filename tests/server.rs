@@ -735,6 +735,24 @@ async fn config_reload_good_and_bad() {
     let _ = std::fs::remove_dir_all(&dir.root);
 }
 
+/// A sidecar review on a fresh connection: its status.
+async fn review_on_a_new_connection(
+    addr: std::net::SocketAddr,
+    ca: &str,
+) -> Result<StatusCode, String> {
+    let body = annotated("sidecar");
+    let (s, _) = call(
+        addr,
+        default_client(ca),
+        "POST",
+        "/mutate",
+        Some("application/json"),
+        body,
+    )
+    .await?;
+    Ok(s)
+}
+
 #[tokio::test]
 async fn readiness_fails_at_once_on_shutdown_while_requests_are_still_answered() {
     let b = bundle();
@@ -752,16 +770,7 @@ async fn readiness_fails_at_once_on_shutdown_while_requests_are_still_answered()
     assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
     assert!(String::from_utf8(body).unwrap().contains("shutting down"));
     // during the drain delay, reviews are still answered, on new and on open connections
-    let (s, _) = call(
-        addr,
-        default_client(&ca),
-        "POST",
-        "/mutate",
-        Some("application/json"),
-        annotated("sidecar"),
-    )
-    .await
-    .unwrap();
+    let s = review_on_a_new_connection(addr, &ca).await.unwrap();
     assert_eq!(s, StatusCode::OK);
     let (s, _) = send(
         &mut keep_alive,
@@ -773,11 +782,82 @@ async fn readiness_fails_at_once_on_shutdown_while_requests_are_still_answered()
     .await
     .unwrap();
     assert_eq!(s, StatusCode::OK);
+    // ...and the answer on the open HTTP/1.1 connection told the client to close it, so that its next POST
+    // never races the server's close of an idle connection.
+    let closed = tokio::time::timeout(Duration::from_secs(10), keep_alive.ready()).await;
+    assert!(
+        matches!(closed, Ok(Err(_))),
+        "the keep-alive connection stayed open for reuse during the drain: {closed:?}"
+    );
     stopping.await.unwrap().unwrap();
     assert!(
         TcpStream::connect(addr).await.is_err(),
         "still accepting after shutdown"
     );
+}
+
+/// After the drain delay the server keeps accepting while new connections still arrive (a Service's routing
+/// lags its endpoints), stops once they have stopped for `--drain-quiet`, and never waits past half the grace.
+#[tokio::test]
+async fn shutdown_waits_for_new_connections_to_stop_arriving() {
+    let b = bundle();
+    let ca = b.ca_cert_pem.clone();
+    let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
+    options.flags.drain_delay = Duration::from_millis(200);
+    options.flags.drain_quiet = Duration::from_millis(700);
+    options.flags.shutdown_grace = Duration::from_secs(20);
+    let r = start_with(options, Arc::new(NoCluster)).await;
+    let addr = r.addr;
+    let sigterm = Instant::now();
+    let stopping = tokio::spawn(r.shutdown());
+    // New connections every 150 ms for 2 s, ten times the drain delay: every one is answered.
+    while sigterm.elapsed() < Duration::from_secs(2) {
+        let s = review_on_a_new_connection(addr, &ca)
+            .await
+            .unwrap_or_else(|e| panic!("refused at +{:?} of the drain: {e}", sigterm.elapsed()));
+        assert_eq!(s, StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let last = Instant::now();
+    tokio::time::timeout(Duration::from_secs(15), stopping)
+        .await
+        .expect("shutdown did not finish after connections stopped")
+        .unwrap()
+        .unwrap();
+    assert!(
+        last.elapsed() >= Duration::from_millis(500),
+        "stopped {:?} after the last connection, before the quiet period",
+        last.elapsed()
+    );
+
+    // A client that never stops connecting holds the shutdown for half the grace at most.
+    let mut options = ServeOptions::new(local(), TlsSource::Fixed(material(&b)));
+    options.flags.drain_delay = Duration::ZERO;
+    options.flags.drain_quiet = Duration::from_secs(1);
+    options.flags.shutdown_grace = Duration::from_secs(2);
+    let r = start_with(options, Arc::new(NoCluster)).await;
+    let addr = r.addr;
+    let sigterm = Instant::now();
+    let stopping = tokio::spawn(r.shutdown());
+    let hammer = tokio::spawn(async move {
+        while TcpStream::connect(addr).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(15), stopping)
+        .await
+        .expect("a client that keeps connecting held the shutdown")
+        .unwrap()
+        .unwrap();
+    let took = sigterm.elapsed();
+    assert!(
+        took >= Duration::from_millis(900),
+        "stopped after {took:?}, before half the grace, while connections still arrived"
+    );
+    tokio::time::timeout(Duration::from_secs(10), hammer)
+        .await
+        .expect("still accepting after shutdown")
+        .unwrap();
 }
 
 #[tokio::test]

@@ -1196,6 +1196,12 @@ def _(shared):
 def _(shared):
     ns = namespace("restart", {"pdp-injector.io/injection": "enabled"})
     gen_before = get("deployment", "pdp-injector", "pdp-system")["metadata"]["generation"]
+    # The old Pods are gone when a refusal is analysed: follow their logs (and their drain) from now.
+    old_pods = [p["metadata"]["name"] for p in json.loads(kubectl(
+        "-n", "pdp-system", "get", "pods", "-l", "app.kubernetes.io/name=pdp-injector", "-o", "json").stdout)["items"]]
+    followers = [(name, subprocess.Popen(
+        ["kubectl", f"--kubeconfig={KUBECONFIG}", "-n", "pdp-system", "logs", "-f", "--timestamps", name],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)) for name in old_pods]
     kubectl("-n", "pdp-system", "rollout", "restart", "deployment/pdp-injector")
     t = time.monotonic()
     done = {"at": None}
@@ -1209,11 +1215,29 @@ def _(shared):
             done["at"] = time.monotonic()
         # keep creating 8 s past the rollout: the old Pods' drain and the endpoints update
         return done["at"] is not None and time.monotonic() - done["at"] > 8 or time.monotonic() - t > 240
-    created, failures, not_injected = create_loop(ns, stop, "p")
+    try:
+        created, failures, not_injected = create_loop(ns, stop, "p")
+    finally:
+        logs = {}
+        for name, f in followers:
+            f.terminate()
+            try:
+                logs[name] = f.communicate(timeout=10)[0]
+            except subprocess.TimeoutExpired:
+                f.kill()
+                logs[name] = f.communicate()[0]
     figure(f"  rollout took {((done['at'] or time.monotonic()) - t):.1f}s; {created} Pods created, "
            f"{len(failures)} creations refused, {len(not_injected)} not injected")
     for at, why in failures[:5]:
         figure(f"    refused at +{at:.1f}s: {why}")
+    for name, text in logs.items():
+        drained = [line for line in text.splitlines() if "no longer accepting connections" in line]
+        figure(f"    old Pod {name}: {one_line(drained[-1], 300) if drained else 'no drain line in its log'}")
+    if failures:
+        for name, text in logs.items():
+            log(f"  the last log lines of the old webhook Pod {name}:")
+            for line in text.splitlines()[-25:]:
+                log(f"    {line[:400]}")
     check(done["at"] is not None, "the webhook rollout did not finish in 240 s")
     if failures:
         raise Fail(f"{len(failures)} creations refused during the webhook restart, first: {failures[0][1]}")

@@ -14,7 +14,9 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use axum_server::accept::Accept;
 use prometheus_client::metrics::counter::Counter;
@@ -85,12 +87,21 @@ impl MemoryBounds {
 }
 
 /// An acceptor that holds one permit per open connection and closes, before the TLS handshake, a connection
-/// for which there is none. Clones share the count.
+/// for which there is none. Clones share the count. It also notes when the last connection arrived, so that a
+/// shutdown can wait until the routing has stopped sending new ones ([`ConnectionLimit::wait_quiet`]).
 #[derive(Debug, Clone)]
 pub struct ConnectionLimit {
     limit: usize,
     free: Arc<Semaphore>,
     refused: Counter,
+    arrivals: Arc<Arrivals>,
+}
+
+/// When the last connection arrived, in milliseconds since `since` (0: none yet).
+#[derive(Debug)]
+struct Arrivals {
+    since: Instant,
+    last_ms: AtomicU64,
 }
 
 impl ConnectionLimit {
@@ -101,6 +112,39 @@ impl ConnectionLimit {
             limit,
             free: Arc::new(Semaphore::new(limit)),
             refused,
+            arrivals: Arc::new(Arrivals {
+                since: Instant::now(),
+                last_ms: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Time since the last connection arrived (accepted or refused); `None` if none has.
+    pub fn since_last_arrival(&self) -> Option<Duration> {
+        match self.arrivals.last_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(
+                self.arrivals
+                    .since
+                    .elapsed()
+                    .saturating_sub(Duration::from_millis(ms - 1)),
+            ),
+        }
+    }
+
+    /// Waits until no connection has arrived for `quiet`, or `at_most` has passed; returns the time waited.
+    /// A connection dropped in its TLS handshake at shutdown is an `EOF` that the apiserver does not retry, and
+    /// the Service's routing (kube-proxy) may keep sending new connections here for a while after the endpoints
+    /// changed: stopping once they have stopped arriving, rather than after a fixed time, closes that window.
+    pub async fn wait_quiet(&self, quiet: Duration, at_most: Duration) -> Duration {
+        let started = Instant::now();
+        loop {
+            let waited = started.elapsed();
+            let since = self.since_last_arrival().unwrap_or(Duration::MAX);
+            if since >= quiet || waited >= at_most {
+                return waited;
+            }
+            tokio::time::sleep((quiet - since).min(at_most - waited)).await;
         }
     }
 
@@ -116,6 +160,9 @@ impl<I, S> Accept<I, S> for ConnectionLimit {
     type Future = std::future::Ready<io::Result<(Limited<I>, S)>>;
 
     fn accept(&self, stream: I, service: S) -> Self::Future {
+        // +1 keeps 0 for "none yet"; a process up for 584 million years would wrap.
+        let ms = self.arrivals.since.elapsed().as_millis() as u64 + 1;
+        self.arrivals.last_ms.store(ms, Ordering::Relaxed);
         std::future::ready(match self.free.clone().try_acquire_owned() {
             Ok(permit) => Ok((
                 Limited {

@@ -5,11 +5,12 @@
 
 use std::cell::Cell;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, Version, header};
 use axum::response::{IntoResponse, Response};
 use tracing::{Instrument, Span, error, info, info_span, warn};
 
@@ -175,10 +176,11 @@ async fn mutate(State(state): State<Arc<AppState>>, entry: Entry, request: Reque
     let _in_flight = InFlight(&state.metrics);
     let started = Instant::now();
     let span = admission_span();
+    let http1 = request.version() < Version::HTTP_2;
     let deadline = query_timeout(request.uri())
         .map(|t| t.min(state.request_timeout))
         .unwrap_or(state.request_timeout);
-    let response = match tokio::time::timeout(deadline, answer(&state, entry, request))
+    let mut response = match tokio::time::timeout(deadline, answer(&state, entry, request))
         .instrument(span.clone())
         .await
     {
@@ -193,6 +195,13 @@ async fn mutate(State(state): State<Arc<AppState>>, entry: Entry, request: Reque
     state
         .metrics
         .observe(started.elapsed(), response.status() == StatusCode::OK);
+    if http1 && state.shutting_down.load(Ordering::Relaxed) {
+        // Draining: the client closes this connection after the answer, rather than racing our close of an
+        // idle keep-alive connection with its next POST (which it would not retry). HTTP/2 gets GOAWAY instead.
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     response
 }
 

@@ -75,6 +75,11 @@ pub struct ServeFlags {
     /// After SIGTERM, keep answering (while not ready) this long before draining (endpoints catch up).
     #[arg(long, env = "PDP_INJECTOR_DRAIN_DELAY", default_value = "0s", value_parser = duration_flag)]
     pub drain_delay: Duration,
+    /// After the drain delay, keep accepting until no new connection has arrived for this long (at most half
+    /// the shutdown grace): the Service's routing may lag the endpoints, and a connection cut in its handshake
+    /// is an error the apiserver does not retry.
+    #[arg(long, env = "PDP_INJECTOR_DRAIN_QUIET", default_value = "1s", value_parser = duration_flag)]
+    pub drain_quiet: Duration,
     /// How long in-flight requests get to finish when draining.
     #[arg(long, env = "PDP_INJECTOR_SHUTDOWN_GRACE", default_value = "25s", value_parser = duration_flag)]
     pub shutdown_grace: Duration,
@@ -225,18 +230,33 @@ pub struct Running {
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     reloader: tokio::task::JoinHandle<()>,
     drain_delay: Duration,
+    drain_quiet: Duration,
     shutdown_grace: Duration,
 }
 
 impl Running {
-    /// Graceful shutdown: readiness fails at once, requests keep being answered for the drain delay, then no new
-    /// connections are accepted, in-flight requests finish (up to the grace period) and the server stops.
+    /// Graceful shutdown: readiness fails at once, requests keep being answered for the drain delay and then
+    /// until new connections stop arriving (HTTP/1.1 answers say `Connection: close` meanwhile, so clients
+    /// leave); then no new connections are accepted, in-flight requests finish (up to the grace period) and the
+    /// server stops.
     pub async fn shutdown(self) -> std::io::Result<()> {
         self.state.shutting_down.store(true, Ordering::SeqCst);
         self.state.metrics.set_ready(false);
         info!(drain_delay = ?self.drain_delay, "shutting down: readiness is now false");
         tokio::time::sleep(self.drain_delay).await;
-        self.handle.graceful_shutdown(Some(self.shutdown_grace));
+        // At most half the grace, so that requests in flight keep the other half.
+        let waited = self
+            .state
+            .connections
+            .wait_quiet(self.drain_quiet, self.shutdown_grace / 2)
+            .await;
+        info!(
+            waited = ?waited,
+            since_last_connection = ?self.state.connections.since_last_arrival(),
+            "draining: no longer accepting connections"
+        );
+        self.handle
+            .graceful_shutdown(Some(self.shutdown_grace.saturating_sub(waited)));
         self.reloader.abort();
         let result = match self.server.await {
             Ok(r) => r,
@@ -365,6 +385,7 @@ pub async fn start(
         server,
         reloader,
         drain_delay: options.flags.drain_delay,
+        drain_quiet: options.flags.drain_quiet,
         shutdown_grace: options.flags.shutdown_grace,
     })
 }
