@@ -261,25 +261,6 @@ fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&bytes[start..]);
 }
 
-/// What serde_json writes into it comes out as the content of a JSON string, and is compared on the way with
-/// the text an existing value holds.
-struct InString<'a> {
-    out: Vec<u8>,
-    same: Option<&'a [u8]>,
-}
-
-impl std::io::Write for InString<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        // `same` is what is left of the existing text to match; `None` once it differs.
-        self.same = self.same.and_then(|s| s.strip_prefix(buf));
-        escape_into(&mut self.out, buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Operations in the order they apply, their values in one [`Form`].
 #[derive(Debug, Default)]
 pub struct PatchBuilder {
@@ -290,11 +271,23 @@ pub struct PatchBuilder {
 /// `list` with `index` appended, written in one buffer of the right size: `PointerBuf::push_back` re-encodes
 /// the token and grows a clone of the list's path, the largest cost of writing the operations.
 fn at_index(list: &PointerBuf, index: usize) -> PointerBuf {
-    use std::fmt::Write;
-    let mut text = String::with_capacity(list.as_str().len() + 21);
+    // The decimal digits, last first (no formatting machinery: this runs for every inserted entry).
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = index;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut text = String::with_capacity(list.as_str().len() + 1 + digits.len() - at);
     text.push_str(list.as_str());
+    text.push('/');
     // A number is a token as it is: no `~` or `/` to escape.
-    write!(text, "/{index}").expect("writing to a String cannot fail");
+    text.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
     PointerBuf::parse(text).expect("a pointer with a number appended is a pointer")
 }
 
@@ -337,18 +330,18 @@ impl PatchBuilder {
         const WHY: &str = "the status serializes to JSON";
         match self.form {
             Form::Wire => {
-                let mut w = InString {
-                    out: Vec::with_capacity(512),
-                    same: same.map(str::as_bytes),
-                };
-                w.out.push(b'"');
-                serde_json::to_writer(&mut w, v).expect(WHY);
-                if w.same.is_some_and(<[u8]>::is_empty) {
+                // Written whole first: serde_json writes to a Vec in a few large steps, where a writer that
+                // escapes and compares would be called for every quote and comma.
+                let json = serde_json::to_vec(v).expect(WHY);
+                if same.is_some_and(|s| s.as_bytes() == json) {
                     return None;
                 }
-                w.out.push(b'"');
+                let mut out = Vec::with_capacity(json.len() + json.len() / 4 + 2);
+                out.push(b'"');
+                escape_into(&mut out, &json);
+                out.push(b'"');
                 // serde_json writes UTF-8, and escaping adds only ASCII.
-                let text = String::from_utf8(w.out).expect("JSON is UTF-8");
+                let text = String::from_utf8(out).expect("JSON is UTF-8");
                 Some(OpValue::Json(text.into_boxed_str()))
             }
             Form::Apply => {
@@ -440,6 +433,41 @@ mod tests {
     use serde_json::json;
 
     const FORMS: [Form; 2] = [Form::Wire, Form::Apply];
+
+    #[test]
+    fn an_index_is_appended_as_its_decimal_token() {
+        let list = pointer(["spec", "containers", "0", "env"]);
+        for index in [0, 7, 10, 99, 100, 4096, usize::MAX] {
+            let mut expected = list.clone();
+            expected.push_back(index.to_string());
+            assert_eq!(at_index(&list, index), expected, "{index}");
+        }
+        assert_eq!(at_index(&PointerBuf::new(), 3).as_str(), "/3");
+    }
+
+    #[test]
+    fn the_status_string_is_escaped_once_and_absent_when_unchanged() {
+        let status = json!({"profile": "a\"b", "env": ["X"], "n": 1});
+        let text = status.to_string();
+        for form in FORMS {
+            let b = PatchBuilder::new(form);
+            let v = b.json_string(&status, None).expect("a new value");
+            let mut out = Vec::new();
+            v.write(&mut out);
+            // The value is a JSON string holding the status's JSON, as serde_json writes it.
+            assert_eq!(
+                serde_json::from_slice::<String>(&out).unwrap(),
+                text,
+                "{form:?}"
+            );
+            assert_eq!(out, serde_json::to_vec(&text).unwrap(), "{form:?}");
+            assert!(b.json_string(&status, Some(&text)).is_none(), "{form:?}");
+            assert!(
+                b.json_string(&status, Some(&text[1..])).is_some(),
+                "{form:?}"
+            );
+        }
+    }
 
     fn sample(form: Form) -> PatchBuilder {
         let mut b = PatchBuilder::new(form);

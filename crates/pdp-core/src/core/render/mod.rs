@@ -599,8 +599,8 @@ fn annotate(
 ) {
     // Sorted by key, as the map a missing `annotations` is added as.
     let mut changed: BTreeMap<&str, OpValue> = BTreeMap::new();
-    // The status's JSON is written once, escaped as the annotation's string as it goes, and compared with the
-    // value already there on the way.
+    // The status's JSON is written once, compared with the value already there, and escaped as the
+    // annotation's string.
     if let Some(value) = patch.json_string(status, pod.annotation(ANNOTATION_STATUS)) {
         changed.insert(ANNOTATION_STATUS, value);
     }
