@@ -304,7 +304,12 @@ where
     let mut text = String::with_capacity(len);
     for t in tokens {
         text.push('/');
-        text.push_str(Token::new(t).encoded());
+        // Only `~` and `/` are encoded; the names rendering writes have neither.
+        if t.bytes().any(|b| b == b'~' || b == b'/') {
+            text.push_str(Token::new(t).encoded());
+        } else {
+            text.push_str(t);
+        }
     }
     PointerBuf::parse(text).expect("tokens encoded are a pointer")
 }
