@@ -396,6 +396,42 @@ async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
     all
 }
 
+/// An answer is sent with its length, in one piece: not chunked, which costs the server a chunk header, a
+/// terminator and, when the end comes in a later poll, another TLS record and write.
+#[tokio::test]
+async fn answers_carry_their_length_not_chunks() {
+    let b = bundle();
+    let r = start(&b).await;
+    let mut tls = common::process::tls_connect(r.addr, &default_client(&b.ca_cert_pem))
+        .await
+        .unwrap();
+    let body = annotated("sidecar");
+    let head = format!(
+        "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(&body).await.unwrap();
+    tls.flush().await.unwrap();
+    let all = closed_within(&mut tls, Instant::now(), Duration::from_secs(10)).await;
+    let text = String::from_utf8_lossy(&all).to_string();
+    let (head, payload) = text.split_once("\r\n\r\n").expect("a complete answer");
+    let head = head.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(!head.contains("transfer-encoding"), "a chunked answer: {head}");
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .unwrap_or_else(|| panic!("no content-length: {head}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(length, payload.len(), "{head}");
+    let answer: Value = serde_json::from_str(payload).unwrap();
+    assert_eq!(answer["response"]["allowed"], true);
+    r.shutdown().await.unwrap();
+}
+
 /// A TLS 1.1 ClientHello (legacy_version 0x0302, no supported_versions extension).
 fn tls11_client_hello() -> Vec<u8> {
     let mut hello = vec![0x03, 0x02];

@@ -494,13 +494,38 @@ fn review_failed() -> ApiError {
 
 /// An answer's bytes with their share of the memory budget, given back when the server is done with the body.
 fn counted_body(bytes: Vec<u8>, counted: tokio::sync::OwnedSemaphorePermit) -> Body {
-    use http_body_util::BodyExt;
-    Body::new(
-        http_body_util::Full::new(axum::body::Bytes::from(bytes)).map_frame(move |frame| {
-            let _counted = &counted;
-            frame
-        }),
-    )
+    Body::new(Counted {
+        bytes: http_body_util::Full::new(axum::body::Bytes::from(bytes)),
+        _counted: counted,
+    })
+}
+
+/// A whole answer that holds its budget permit. It says its exact size (and that it has ended), so hyper sends
+/// it with a `Content-Length` in one write: a body of unknown size is sent chunked, which costs a chunk header, a
+/// terminator and, when its end comes in a later poll, another TLS record and write.
+struct Counted {
+    bytes: http_body_util::Full<axum::body::Bytes>,
+    _counted: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl http_body::Body for Counted {
+    type Data = axum::body::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.bytes).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.bytes.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.bytes.size_hint()
+    }
 }
 
 #[cfg(test)]
