@@ -418,7 +418,10 @@ async fn answers_carry_their_length_not_chunks() {
     let (head, payload) = text.split_once("\r\n\r\n").expect("a complete answer");
     let head = head.to_ascii_lowercase();
     assert!(head.starts_with("http/1.1 200"), "{head}");
-    assert!(!head.contains("transfer-encoding"), "a chunked answer: {head}");
+    assert!(
+        !head.contains("transfer-encoding"),
+        "a chunked answer: {head}"
+    );
     let length: usize = head
         .lines()
         .find_map(|l| l.strip_prefix("content-length: "))
