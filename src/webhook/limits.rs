@@ -135,7 +135,8 @@ impl ConnectionLimit {
     /// Waits until no connection has arrived for `quiet`, or `at_most` has passed; returns the time waited.
     /// A connection dropped in its TLS handshake at shutdown is an `EOF` that the apiserver does not retry, and
     /// the Service's routing (kube-proxy) may keep sending new connections here for a while after the endpoints
-    /// changed: stopping once they have stopped arriving, rather than after a fixed time, closes that window.
+    /// changed: stopping once they have stopped arriving, rather than after a fixed time, narrows that window
+    /// (a connection that arrives at the very last moment can still be cut).
     pub async fn wait_quiet(&self, quiet: Duration, at_most: Duration) -> Duration {
         let started = Instant::now();
         loop {
