@@ -525,7 +525,7 @@ async fn drain_under_load_answers_every_request() {
     // fresh connection at least once, and the answers on those were correct too.
     eprintln!("keep-alive reconnects per worker after `Connection: close`: {reconnects:?}");
     assert!(
-        reconnects[..].iter().filter(|&&n| n > 0).count() >= 4,
+        reconnects.iter().filter(|&&n| n > 0).count() >= 4,
         "keep-alive connections were not told to close while draining: {reconnects:?}"
     );
     // The client paces itself at 200/s; an unoptimised build on a busy machine may fall somewhat behind.

@@ -304,12 +304,8 @@ where
     let mut text = String::with_capacity(len);
     for t in tokens {
         text.push('/');
-        // Only `~` and `/` are encoded; the names rendering writes have neither.
-        if t.bytes().any(|b| b == b'~' || b == b'/') {
-            text.push_str(Token::new(t).encoded());
-        } else {
-            text.push_str(t);
-        }
+        // Borrowed as it is unless it holds `~` or `/`.
+        text.push_str(Token::new(t).encoded());
     }
     PointerBuf::parse(text).expect("tokens encoded are a pointer")
 }
