@@ -315,3 +315,85 @@ fn a_block_s_stops_are_its_quotes_backslashes_and_control_characters() {
         .fold(0u64, |m, i| m | 1 << i);
     assert_eq!(super::stop_mask(block), expected);
 }
+
+/// A skipped list whose blocks (64 bytes from its `[`) start `shift` bytes further into the same content each
+/// time: escapes and backslash runs, quotes, strings, numbers and literals land on every place of a block,
+/// also its last byte (a backslash there escapes the next block's first).
+fn shifted(shift: usize, content: &str) -> String {
+    format!(
+        r#"{{"kind":"k","skip":["{}",{content}],"request":{{"uid":"u"}}}}"#,
+        "p".repeat(shift)
+    )
+}
+
+const ACROSS_BLOCKS: &str = r#""\\","\\\\","\\\"\\\\\"",
+"a\"b\\\"c\\\\\"d","\u00e9\uD83D\uDE00\/\b\f\n\r\t",{"k":[1,-0,2.5e+3,0.0,true,false,null]},
+"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\\\\\\\\\\\\\\\\\"",
+[[],{},[{}],{"a":{"b":[]}}] , { "s" : "t" } ,12345678901234567890,"é日本",
+"{\"nested\":\"json\",\"in\":[\"a\",\"string\"]}""#;
+
+#[test]
+fn skipped_containers_agree_across_block_boundaries() {
+    let content = ACROSS_BLOCKS.replace('\n', "");
+    // The content itself is valid JSON in a list, and read by the fast path at every shift.
+    for shift in 0..64 {
+        let text = shifted(shift, &content);
+        assert!(agree_all(&text), "shift {shift}: {text}");
+    }
+    // Every one-byte change at every shift: refused by both or read alike, never accepted alone.
+    let swaps: &[u8] = b"\"\\,:[]{}0-.e \x01\tu/x";
+    for shift in (0..64).step_by(3) {
+        let text = shifted(shift, &content);
+        let bytes = text.as_bytes();
+        for at in 0..bytes.len() {
+            for &swap in swaps {
+                let mut changed = bytes.to_vec();
+                changed[at] = swap;
+                if let Ok(changed) = std::str::from_utf8(&changed) {
+                    agree::<Envelope<'_>>(changed);
+                    agree::<IgnoredAny>(changed);
+                }
+            }
+            let mut removed = bytes.to_vec();
+            removed.remove(at);
+            if let Ok(removed) = std::str::from_utf8(&removed) {
+                agree::<Envelope<'_>>(removed);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_block_s_classes_are_its_bytes() {
+    // Every byte value at every place in the block, against the byte-by-byte definitions.
+    for at in 0..64 {
+        for byte in 0..=255u8 {
+            let mut block = [b'a'; 64];
+            block[at] = byte;
+            let c = super::classify(&block);
+            let bit = |yes: bool| if yes { 1u64 << at } else { 0 };
+            let what = format!("byte {byte:#04x} at {at}");
+            assert_eq!(c.quote, bit(byte == b'"'), "{what}");
+            assert_eq!(c.backslash, bit(byte == b'\\'), "{what}");
+            assert_eq!(c.structural, bit(b"{}[],:".contains(&byte)), "{what}");
+            assert_eq!(c.space, bit(b" \t\n\r".contains(&byte)), "{what}");
+            assert_eq!(c.control, bit(byte < 0x20), "{what}");
+        }
+    }
+}
+
+#[test]
+fn escaped_bytes_follow_backslash_runs_into_the_next_block() {
+    let mut carry = 0;
+    // `\\` escapes its second backslash; `\\\` at the block's end escapes the next block's first byte.
+    let backslash = 0b11 | (0b111 << 61);
+    let escaped = super::escaped_bytes(backslash, &mut carry);
+    assert_eq!(escaped, 0b10 | (1 << 62));
+    assert_eq!(carry, 1);
+    assert_eq!(super::escaped_bytes(0, &mut carry), 1);
+    assert_eq!(carry, 0);
+    // An escaped backslash at bit 0 escapes nothing.
+    let mut carry = 1;
+    assert_eq!(super::escaped_bytes(0b1, &mut carry), 0b1);
+    assert_eq!(carry, 0);
+}
