@@ -121,9 +121,11 @@ impl JsonPatch {
                 out.push(b',');
             }
             out.extend_from_slice(br#"{"op":"add","path":"#);
-            // A pointer's text is a JSON string like any other (keys may hold quotes or backslashes).
-            serde_json::to_writer(&mut *out, op.path.as_str())
-                .expect("writing to a Vec cannot fail");
+            // A pointer's text is a JSON string like any other (keys may hold quotes or backslashes), escaped
+            // as serde_json escapes.
+            out.push(b'"');
+            escape_into(out, op.path.as_str().as_bytes());
+            out.push(b'"');
             out.extend_from_slice(br#","value":"#);
             op.value.write(out);
             out.push(b'}');
@@ -211,6 +213,9 @@ fn add(doc: &mut Value, path: &Pointer, value: Value) -> Result<(), &'static str
 
 /// The length of `s` written as a JSON string, quotes included.
 fn json_string_len(s: &str) -> usize {
+    if !needs_escape(s.as_bytes()) {
+        return s.len() + 2;
+    }
     let escaped: usize = s
         .bytes()
         .map(|b| match escape(b) {
@@ -248,8 +253,22 @@ fn escape(b: u8) -> Option<&'static [u8]> {
     }
 }
 
+/// Whether any byte of `bytes` is escaped in a JSON string. Most texts (every pointer rendering writes) have
+/// none: a count without branches, which the compiler vectorises, says so faster than a test of each byte.
+fn needs_escape(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .filter(|&&b| b < 0x20 || b == b'"' || b == b'\\')
+        .count()
+        > 0
+}
+
 /// Appends `bytes` as the content of a JSON string (no quotes), escaped as serde_json escapes.
 fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
+    if !needs_escape(bytes) {
+        out.extend_from_slice(bytes);
+        return;
+    }
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
         if let Some(e) = escape(b) {
@@ -259,6 +278,64 @@ fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
         }
     }
     out.extend_from_slice(&bytes[start..]);
+}
+
+/// [`escape_into`] for compact JSON that serde_json wrote: it holds no control character (serde_json escapes
+/// them inside strings and writes no whitespace outside), so only quotes and backslashes are escaped, found by
+/// a vectorised search rather than a test of every byte.
+fn escape_json_into(out: &mut Vec<u8>, json: &[u8]) {
+    debug_assert!(
+        json.iter().all(|&b| b >= 0x20),
+        "compact JSON has no control character"
+    );
+    let mut start = 0;
+    for i in memchr::memchr2_iter(b'"', b'\\', json) {
+        out.extend_from_slice(&json[start..i]);
+        out.push(b'\\');
+        out.push(json[i]);
+        start = i + 1;
+    }
+    out.extend_from_slice(&json[start..]);
+}
+
+/// serde_json's compact JSON, written as the content of a JSON string: what [`escape_into`] makes of
+/// serde_json's output, in one pass. serde_json hands strings over in fragments without quotes, backslashes or
+/// control characters, so only the strings' quotes and their escapes' backslashes change.
+struct Escaped;
+
+impl serde_json::ser::Formatter for Escaped {
+    fn begin_string<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(br#"\""#)
+    }
+
+    fn end_string<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(br#"\""#)
+    }
+
+    fn write_char_escape<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        escape: serde_json::ser::CharEscape,
+    ) -> std::io::Result<()> {
+        // The escape as serde_json writes it (at most six bytes: `\u001f`), then escaped itself.
+        let mut json = [0u8; 6];
+        let mut rest = &mut json[..];
+        serde_json::ser::CompactFormatter.write_char_escape(&mut rest, escape)?;
+        let len = 6 - rest.len();
+        let mut out = Vec::with_capacity(12);
+        escape_into(&mut out, &json[..len]);
+        w.write_all(&out)
+    }
+
+    fn write_raw_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut out = Vec::with_capacity(fragment.len() + 16);
+        escape_into(&mut out, fragment.as_bytes());
+        w.write_all(&out)
+    }
 }
 
 /// Operations in the order they apply, their values in one [`Form`].
@@ -339,6 +416,18 @@ impl PatchBuilder {
     pub fn json_string<T: Serialize>(&self, v: &T, same: Option<&str>) -> Option<OpValue> {
         const WHY: &str = "the status serializes to JSON";
         match self.form {
+            Form::Wire if same.is_none() => {
+                // Nothing to compare with (a first pass): the JSON is written escaped as it is made, by a
+                // formatter that writes each string's quotes and escapes escaped, in one buffer.
+                let mut out = Vec::with_capacity(512);
+                out.push(b'"');
+                let mut writer = serde_json::Serializer::with_formatter(&mut out, Escaped);
+                v.serialize(&mut writer).expect(WHY);
+                out.push(b'"');
+                // serde_json writes UTF-8, and escaping adds only ASCII.
+                let text = String::from_utf8(out).expect("JSON is UTF-8");
+                Some(OpValue::Json(text.into_boxed_str()))
+            }
             Form::Wire => {
                 // Written whole first: serde_json writes to a Vec in a few large steps, where a writer that
                 // escapes and compares would be called for every quote and comma.
@@ -348,7 +437,7 @@ impl PatchBuilder {
                 }
                 let mut out = Vec::with_capacity(json.len() + json.len() / 4 + 2);
                 out.push(b'"');
-                escape_into(&mut out, &json);
+                escape_json_into(&mut out, &json);
                 out.push(b'"');
                 // serde_json writes UTF-8, and escaping adds only ASCII.
                 let text = String::from_utf8(out).expect("JSON is UTF-8");
@@ -404,6 +493,11 @@ impl PatchBuilder {
         self.add(at_index(list, index), item);
     }
 
+    /// Inserts `value` (made by this builder) at `index` of the list at `list`.
+    pub fn insert_value(&mut self, list: &PointerBuf, index: usize, value: OpValue) {
+        self.push(at_index(list, index), value);
+    }
+
     /// Appends `items` to the list at `list`, which has `len` entries, or adds the list whole when it does not
     /// exist (`None`).
     pub fn extend<T: Serialize>(&mut self, list: PointerBuf, len: Option<usize>, items: &[T]) {
@@ -441,6 +535,7 @@ impl PatchBuilder {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     const FORMS: [Form; 2] = [Form::Wire, Form::Apply];
 
@@ -575,6 +670,19 @@ mod tests {
         empty.write_json(&mut raw);
         assert_eq!(raw, b"[]");
         assert_eq!(empty.json_len(), 2);
+    }
+
+    #[test]
+    fn a_json_string_escapes_raw_json_as_serde_json_writes_it() {
+        // A RawValue is written as it is, whitespace and escapes included: its text is escaped like the rest.
+        let raw =
+            serde_json::value::RawValue::from_string("{ \"a\" :\t[\"\\\"\\n\"]\n}".into()).unwrap();
+        let v = BTreeMap::from([("raw", raw)]);
+        let text = serde_json::to_string(&v).unwrap();
+        let value = PatchBuilder::new(Form::Wire).json_string(&v, None).unwrap();
+        let mut out = Vec::new();
+        value.write(&mut out);
+        assert_eq!(out, serde_json::to_vec(&text).unwrap());
     }
 
     #[test]

@@ -287,15 +287,16 @@ fn where_wrong(json: &str, error: serde_json::Error) -> String {
     }
 }
 
-/// Parses one of the lists a view keeps unparsed (`None` stays `None`).
+/// Parses one of the lists a view keeps unparsed (`None` stays `None`). `what` names the list in an error; it
+/// is written only then (rendering parses lists of every container it wires).
 pub fn parse_list<'a, T: Deserialize<'a>>(
     raw: Option<&'a RawValue>,
-    what: &str,
+    what: impl FnOnce() -> String,
 ) -> Result<Option<Vec<T>>, String> {
     raw.map(|r| crate::json::from_str::<Option<Vec<T>>>(r.get()))
         .transpose()
         .map(Option::flatten)
-        .map_err(|e| format!("{what} is not a valid list: {e}"))
+        .map_err(|e| format!("{} is not a valid list: {e}", what()))
 }
 
 /// An entry of a list of which a check compares only the name (a variable, a mount, a volume).
@@ -389,7 +390,7 @@ pub fn first_unnamed<'w, W: AsRef<str>>(
 pub fn volume_entries<'a>(
     raw: Option<&'a RawValue>,
 ) -> Result<Option<Vec<VolumeEntry<'a>>>, String> {
-    let Some(list) = parse_list::<&'a RawValue>(raw, "spec.volumes")? else {
+    let Some(list) = parse_list::<&'a RawValue>(raw, || "spec.volumes".into())? else {
         return Ok(None);
     };
     list.into_iter()

@@ -151,18 +151,19 @@ impl<'a> EnvSource<'a> {
 
 /// Where each variable the container lacks goes: prepended, so that the container's own variables can use
 /// them as `$(VAR)`; a variable the container already defines differently is kept and reported. Returns the
-/// insertions in the order they apply, each at its index in the list as it is at that point.
-pub(super) fn ensure_env<'o>(
+/// insertions in the order they apply: each variable's index in the list as it is at that point, and its index
+/// in `ours` (the caller writes each of ours once for all containers).
+pub(super) fn ensure_env(
     container: &str,
     existing: &[EnvEntry<'_>],
-    ours: &'o [EnvVar],
+    ours: &[EnvVar],
     dependent: Option<(&[Option<&str>], &str)>,
     warnings: &mut Vec<Warning>,
-) -> Vec<(usize, &'o EnvVar)> {
+) -> Vec<(usize, usize)> {
     let mut missing = Vec::new();
-    for var in ours {
+    for (i, var) in ours.iter().enumerate() {
         match existing.iter().find(|e| e.name.as_str() == var.name) {
-            None => missing.push(var),
+            None => missing.push((i, var)),
             Some(e) if EnvSource::of_existing(e) == EnvSource::of_ours(var) => {}
             Some(e) => warnings.push(Warning {
                 code: WarningCode::EnvKept,
@@ -178,7 +179,7 @@ pub(super) fn ensure_env<'o>(
     let mut names: Vec<&str> = existing.iter().map(|e| e.name.as_str()).collect();
     let mut inserts = Vec::with_capacity(missing.len());
     let mut at = 0;
-    for var in missing {
+    for (i, var) in missing {
         // The addresses refer to the host variable: when the app defines the host itself, they must come
         // after the app's definition for `$(HOST)` to expand.
         let after = dependent
@@ -193,7 +194,7 @@ pub(super) fn ensure_env<'o>(
             }
         };
         names.insert(index, &var.name);
-        inserts.push((index, var));
+        inserts.push((index, i));
     }
     inserts
 }
@@ -269,7 +270,7 @@ fn names_any(text: &str, names: &[&str]) -> bool {
 pub(super) fn relevant_env<'a>(
     raw: Option<&'a RawValue>,
     names: &OurNames<'_>,
-    what: impl Fn() -> String,
+    what: impl FnOnce() -> String,
 ) -> Result<Option<Vec<EnvEntry<'a>>>, String> {
     let Some(raw) = raw else {
         return Ok(None);
@@ -282,5 +283,5 @@ pub(super) fn relevant_env<'a>(
     {
         return Ok(Some(Vec::new()));
     }
-    parse_list(Some(raw), &what())
+    parse_list(Some(raw), what)
 }

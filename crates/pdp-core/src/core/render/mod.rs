@@ -384,6 +384,7 @@ fn wire_app_containers(
     let dependent = (plan.mode == Mode::Daemonset).then_some((&depends[..], names.host.as_str()));
     let our_names = OurNames::new(ours.iter().map(|e| e.name.as_str()).collect());
     let mut wired = Vec::new();
+    let mut values: Vec<Option<OpValue>> = vec![None; ours.len()];
     // Sets, so that the loop stays linear in the Pod's containers.
     let wanted: BTreeSet<&str> = plan.containers.iter().map(String::as_str).collect();
     let done: BTreeSet<&str> = plan
@@ -412,22 +413,23 @@ fn wire_app_containers(
         match env {
             None => {
                 let mut list: Vec<&EnvVar> = Vec::new();
-                for (at, var) in inserts {
-                    list.insert(at, var);
+                for (at, i) in inserts {
+                    list.insert(at, &ours[i]);
                 }
                 ops.extend(env_path, None, &list);
             }
             Some(_) => {
-                for (at, var) in inserts {
-                    ops.insert(&env_path, at, var);
+                for (at, i) in inserts {
+                    // Each of ours is written once for the Pod, then copied into each container's insert.
+                    let value = values[i].get_or_insert_with(|| ops.value(&ours[i])).clone();
+                    ops.insert_value(&env_path, at, value);
                 }
             }
         }
 
-        let mounts = parse_list::<MountEntry<'_>>(
-            container.volume_mounts,
-            &format!("spec.containers[{i}].volumeMounts"),
-        )
+        let mounts = parse_list::<MountEntry<'_>>(container.volume_mounts, || {
+            format!("spec.containers[{i}].volumeMounts")
+        })
         .map_err(invalid)?;
         let existing = mounts.as_deref().unwrap_or_default();
         let mut added = Vec::new();
