@@ -280,24 +280,6 @@ fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&bytes[start..]);
 }
 
-/// [`escape_into`] for compact JSON that serde_json wrote: it holds no control character (serde_json escapes
-/// them inside strings and writes no whitespace outside), so only quotes and backslashes are escaped, found by
-/// a vectorised search rather than a test of every byte.
-fn escape_json_into(out: &mut Vec<u8>, json: &[u8]) {
-    debug_assert!(
-        json.iter().all(|&b| b >= 0x20),
-        "compact JSON has no control character"
-    );
-    let mut start = 0;
-    for i in memchr::memchr2_iter(b'"', b'\\', json) {
-        out.extend_from_slice(&json[start..i]);
-        out.push(b'\\');
-        out.push(json[i]);
-        start = i + 1;
-    }
-    out.extend_from_slice(&json[start..]);
-}
-
 /// serde_json's compact JSON, written as the content of a JSON string: what [`escape_into`] makes of
 /// serde_json's output, in one pass. serde_json hands strings over in fragments without quotes, backslashes or
 /// control characters, so only the strings' quotes and their escapes' backslashes change.
@@ -416,29 +398,25 @@ impl PatchBuilder {
     pub fn json_string<T: Serialize>(&self, v: &T, same: Option<&str>) -> Option<OpValue> {
         const WHY: &str = "the status serializes to JSON";
         match self.form {
-            Form::Wire if same.is_none() => {
-                // Nothing to compare with (a first pass): the JSON is written escaped as it is made, by a
-                // formatter that writes each string's quotes and escapes escaped, in one buffer.
+            Form::Wire => {
+                // Written escaped as it is made, by a formatter that writes each string's quotes and escapes
+                // escaped, in one buffer.
                 let mut out = Vec::with_capacity(512);
                 out.push(b'"');
                 let mut writer = serde_json::Serializer::with_formatter(&mut out, Escaped);
                 v.serialize(&mut writer).expect(WHY);
                 out.push(b'"');
-                // serde_json writes UTF-8, and escaping adds only ASCII.
-                let text = String::from_utf8(out).expect("JSON is UTF-8");
-                Some(OpValue::Json(text.into_boxed_str()))
-            }
-            Form::Wire => {
-                // Written whole first: serde_json writes to a Vec in a few large steps, where a writer that
-                // escapes and compares would be called for every quote and comma.
-                let json = serde_json::to_vec(v).expect(WHY);
-                if same.is_some_and(|s| s.as_bytes() == json) {
-                    return None;
+                // Escaping is one-to-one: the text is the annotation already there exactly when their escaped
+                // forms are equal (a re-wiring's comparison; a first pass has nothing to compare).
+                if let Some(same) = same {
+                    let mut was = Vec::with_capacity(out.len());
+                    was.push(b'"');
+                    escape_into(&mut was, same.as_bytes());
+                    was.push(b'"');
+                    if was == out {
+                        return None;
+                    }
                 }
-                let mut out = Vec::with_capacity(json.len() + json.len() / 4 + 2);
-                out.push(b'"');
-                escape_json_into(&mut out, &json);
-                out.push(b'"');
                 // serde_json writes UTF-8, and escaping adds only ASCII.
                 let text = String::from_utf8(out).expect("JSON is UTF-8");
                 Some(OpValue::Json(text.into_boxed_str()))
