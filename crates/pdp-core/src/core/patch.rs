@@ -407,8 +407,10 @@ impl PatchBuilder {
                 v.serialize(&mut writer).expect(WHY);
                 out.push(b'"');
                 // Escaping is one-to-one: the text is the annotation already there exactly when their escaped
-                // forms are equal (a re-wiring's comparison; a first pass has nothing to compare).
-                if let Some(same) = same {
+                // forms are equal (a re-wiring's comparison; a first pass has nothing to compare). Escaping never
+                // shortens, so an annotation longer than our text differs without being escaped: the Pod's
+                // annotation (any size, any bytes) costs at most a few times our own text.
+                if let Some(same) = same.filter(|s| s.len() + 2 <= out.len()) {
                     let mut was = Vec::with_capacity(out.len());
                     was.push(b'"');
                     escape_into(&mut was, same.as_bytes());
