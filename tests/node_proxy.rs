@@ -293,11 +293,6 @@ async fn idle_connections_move_to_a_newer_instance_between_exchanges_never_durin
         .expect("moved after its exchange")
         .unwrap();
     assert_eq!(n, 0);
-    // The move is counted as its connection task ends, which can be just after the client sees the close.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while front.stats().instances["old"].moved < 3 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     let stats = front.stats();
     assert_eq!(stats.instances["old"].moved, 3);
     assert_eq!(stats.instances["old"].errors, 0);

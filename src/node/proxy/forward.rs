@@ -82,6 +82,8 @@ pub(super) async fn serve<S>(
     let newest = route.newest.subscribe();
     // `biased`: the copy is polled first at every wake, so bytes a client has just sent are read (and marked
     // in `activity`) before a move or an age limit may close the connection between two exchanges.
+    // Each closing branch counts inside its own future: `select!` drops the copies (and with them the client's
+    // connection) before a branch's handler runs, so a count in the handler could trail the client's EOF.
     let copied = tokio::select! {
         biased;
         (up, down) = async { tokio::join!(up, down) } => up.and_then(|up| down.map(|down| (up, down))),
@@ -89,21 +91,29 @@ pub(super) async fn serve<S>(
             debug!(route = route.kind, peer, instance = name, "closed: a new connection took its place at the bound");
             return;
         }
-        ended = idle_or_aged(activity, shared.idle_timeout, shared.max_age) => {
+        ended = async {
+            let ended = idle_or_aged(activity, shared.idle_timeout, shared.max_age).await;
             match ended {
                 Ended::Idle => shared.count(|s| s.idle_closed += 1),
                 Ended::Aged => shared.count(|s| s.aged_closed += 1),
             }
+            ended
+        } => {
             debug!(route = route.kind, peer, instance = name, ?ended, "closed: idle or old");
             return;
         }
-        _ = until_moved(&name, newest, activity) => {
+        _ = async {
+            until_moved(&name, newest, activity).await;
             shared.instance(&name, |c| c.moved += 1);
+        } => {
             debug!(route = route.kind, peer, instance = name, "moved: closed between two exchanges, a newer instance serves");
             return;
         }
-        _ = phase.wait_for(|p| *p == Phase::Stopped) => {
+        _ = async {
+            // `wait_for` errs only when the phase's sender is gone, which is the end of the drain too.
+            let _ = phase.wait_for(|p| *p == Phase::Stopped).await;
             shared.count(|s| s.cut_at_drain += 1);
+        } => {
             debug!(route = route.kind, peer, instance = name, "closed at the end of the drain");
             return;
         }
