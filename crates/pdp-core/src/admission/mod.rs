@@ -182,8 +182,12 @@ fn decode<'a, O: Deserialize<'a>>(body: &'a [u8]) -> Result<RequestIn<'a, O>, Re
     }
     // One check of the whole body, then the parser reads text: `from_slice` checks again each string it borrows
     // and each slice it keeps raw (the env lists), which together cost more than this one pass.
-    let text =
-        std::str::from_utf8(body).map_err(|e| ReviewError::Malformed(format!("not UTF-8: {e}")))?;
+    let text = match simdutf8::basic::from_utf8(body) {
+        Ok(text) => text,
+        // The fast check says only whether: std's says where, for the message.
+        Err(_) => std::str::from_utf8(body)
+            .map_err(|e| ReviewError::Malformed(format!("not UTF-8: {e}")))?,
+    };
     let input: ReviewIn<'_, RequestIn<'_, O>> =
         crate::json::from_str(text).map_err(|e| ReviewError::Malformed(e.to_string()))?;
     let request = checked(input)?;
