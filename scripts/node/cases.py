@@ -913,8 +913,17 @@ def swap_failures(ns, pod, before, what, since, restarts):
         front = kubectl("-n", "pdp-node", "logs", "-l", "app.kubernetes.io/name=pdp-node-front", "--tail=60",
                         check_rc=False).stdout
         events = [l for l in front.splitlines() if "newest PDP instance" in l or "WARN" in l or "refus" in l]
-        raise Fail(f"{what}: {', '.join(bad)}; errors: {errors_seen(out, 200)[-6:]}; the front's log: "
-                   + " | ".join(one_line(l, 300) for l in events[-12:]))
+        # The failures with their times (UTC), and what each PDP instance logged around them: a failure at a
+        # hand-over is either the new instance not serving yet or the old one refusing while it stops.
+        failures = [one_line(l, 200) for l in out.splitlines() if " fail " in l][-6:]
+        pdps = []
+        for name in sorted(pdp_pod_names("cerbos-pdp") | pdp_pod_names("cerbos-pdp-next")):
+            tail = kubectl("-n", "pdp-node", "logs", name, "--timestamps", "--tail=10", check_rc=False).stdout
+            pdps.append(f"{name}: " + " | ".join(one_line(l, 200) for l in tail.splitlines()))
+        raise Fail(f"{what}: {', '.join(bad)}; errors: {errors_seen(out, 200)[-6:]}; the failures: "
+                   + " | ".join(failures) + "; the front's log: "
+                   + " | ".join(one_line(l, 300) for l in events[-12:])
+                   + "; the PDP instances' logs: " + " || ".join(pdps))
     return after, time.monotonic()
 
 
