@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::config::Config;
-use crate::core::{Denial, NamespaceInfo, Outcome, PodView, Reason, inject_json, inject_view};
+use crate::core::{
+    Denial, NamespaceInfo, Outcome, PodView, Reason, Warning, inject_json, inject_view,
+};
 
 /// The only AdmissionReview version pdp-injector speaks (the MutatingWebhookConfiguration asks for it alone).
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -302,7 +304,7 @@ fn respond(request: &RequestHead<'_>, outcome: &Outcome) -> (Vec<u8>, ReviewSumm
         warnings: outcome.warnings().len(),
         patch_ops: 0,
     };
-    let warnings: Vec<String> = outcome.warnings().iter().map(ToString::to_string).collect();
+    let warnings: Vec<String> = outcome.warnings().iter().map(Warning::text).collect();
     let audit = BTreeMap::from([
         ("decision", outcome.decision()),
         ("reason", outcome.reason().code()),
@@ -336,7 +338,12 @@ fn respond(request: &RequestHead<'_>, outcome: &Outcome) -> (Vec<u8>, ReviewSumm
         json
     });
     let b64 = base64::engine::general_purpose::STANDARD;
-    let capacity = 256 + patch_json.as_ref().map_or(0, |j| j.len() / 3 * 4 + 4);
+    // The envelope's fixed parts fit in 256 bytes; the warnings and a denial's message are counted (unescaped:
+    // a hint), so that the answer is not copied to a larger buffer halfway.
+    let capacity = 256
+        + patch_json.as_ref().map_or(0, |j| j.len() / 3 * 4 + 4)
+        + warnings.iter().map(|w| w.len() + 3).sum::<usize>()
+        + status.as_ref().map_or(0, |s| s.message.len() + 64);
     let mut bytes = Vec::with_capacity(capacity);
     bytes.extend_from_slice(br#"{"apiVersion":""#);
     bytes.extend_from_slice(API_VERSION.as_bytes());

@@ -217,9 +217,26 @@ pub struct Warning {
     pub message: String,
 }
 
+impl Warning {
+    const PREFIX: &str = "pdp-injector ";
+
+    /// The warning as shown to the user (its `Display`), in one buffer of the right size: `to_string` grows
+    /// its buffer three or four times for a warning of a line.
+    pub fn text(&self) -> String {
+        let code = self.code.code();
+        let mut text =
+            String::with_capacity(Self::PREFIX.len() + code.len() + 2 + self.message.len());
+        text.push_str(Self::PREFIX);
+        text.push_str(code);
+        text.push_str(": ");
+        text.push_str(&self.message);
+        text
+    }
+}
+
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "pdp-injector {}: {}", self.code.code(), self.message)
+        write!(f, "{}{}: {}", Self::PREFIX, self.code.code(), self.message)
     }
 }
 
@@ -282,5 +299,33 @@ impl Denial {
 impl fmt::Display for Denial {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "pdp-injector {}: {}", self.reason.code(), self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_warnings_text_is_its_display() {
+        for code in WarningCode::ALL {
+            for message in [
+                "",
+                "the app's CERBOS_PDP_ADDR is kept",
+                "ünïcode \"quoted\"\n",
+            ] {
+                let w = Warning {
+                    code,
+                    message: message.to_string(),
+                };
+                let text = w.text();
+                assert_eq!(text, w.to_string());
+                assert_eq!(
+                    text.len(),
+                    text.capacity(),
+                    "{text}: one buffer of the right size"
+                );
+            }
+        }
     }
 }
