@@ -217,26 +217,30 @@ pub struct Warning {
     pub message: String,
 }
 
-impl Warning {
-    const PREFIX: &str = "pdp-injector ";
+/// The line a user sees for a warning or a denial, `pdp-injector <code>: <message>`, written to `out`: one
+/// definition for `Display` and for [`Warning::text`].
+fn write_line(out: &mut impl fmt::Write, code: &str, message: &str) -> fmt::Result {
+    out.write_str("pdp-injector ")?;
+    out.write_str(code)?;
+    out.write_str(": ")?;
+    out.write_str(message)
+}
 
+impl Warning {
     /// The warning as shown to the user (its `Display`), in one buffer of the right size: `to_string` grows
     /// its buffer three or four times for a warning of a line.
     pub fn text(&self) -> String {
         let code = self.code.code();
         let mut text =
-            String::with_capacity(Self::PREFIX.len() + code.len() + 2 + self.message.len());
-        text.push_str(Self::PREFIX);
-        text.push_str(code);
-        text.push_str(": ");
-        text.push_str(&self.message);
+            String::with_capacity("pdp-injector : ".len() + code.len() + self.message.len());
+        write_line(&mut text, code, &self.message).expect("writing to a String cannot fail");
         text
     }
 }
 
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{}: {}", Self::PREFIX, self.code.code(), self.message)
+        write_line(f, self.code.code(), &self.message)
     }
 }
 
@@ -298,7 +302,7 @@ impl Denial {
 
 impl fmt::Display for Denial {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "pdp-injector {}: {}", self.reason.code(), self.message)
+        write_line(f, self.reason.code(), &self.message)
     }
 }
 
