@@ -6,19 +6,29 @@
 //! returns serde_json's answer, so an error's message (and the `where_wrong` path of a Pod's bad field) is
 //! always serde_json's own. The fast path therefore never has to explain anything: whatever it does not handle
 //! (floats, negative numbers, enums, a struct written as a list, nesting past 128 levels) it refuses and leaves
-//! to serde_json. What it must never do is accept a text that serde_json refuses, or read a value other than
-//! serde_json's: it checks the whole grammar, also inside the values it skips (strings with their escapes and
-//! control characters, numbers, literals, commas and colons, one value and only whitespace after it), and
-//! `tests` compare the two readers on valid and broken texts. The input is `&str`: UTF-8 was checked once for
-//! the whole body.
+//! to serde_json. It never reads a value other than serde_json's, and `tests` compare the two readers on valid
+//! and broken texts. The input is `&str`: UTF-8 was checked once for the whole body.
+//!
+//! What it checks: JSON's whole grammar in the values a type reads (strings with their escapes and control
+//! characters, numbers, literals, commas and colons, one value and only whitespace after it). In an object or
+//! list it skips (`IgnoredAny`, and the text of a `RawValue`) it checks JSON's *structure* only, the part that
+//! decides where the value ends: strings closed, with JSON's escapes and no control character, no backslash
+//! outside a string, and brackets that match ([`has_structure`] is the byte-by-byte definition). A comma,
+//! colon, number or literal out of place there is not refused, as simdjson's On-Demand front end does not
+//! refuse it in the values it skips (serde_json itself does not check UTF-8 in a string it skips). No answer
+//! depends on that grammar: the apiserver only sends what its own encoder wrote, a skipped value is never
+//! copied into a patch, and a raw value the core does read (an `env` entry that may define one of our
+//! variables, a volume of the name we add) is parsed again with the whole grammar. So a text serde_json
+//! refuses is either refused here too or has its only faults inside such a value, and a value's end is always
+//! serde_json's: the fields read after it are the same.
 //!
 //! Why it is faster: serde_json skips an unread value token by token through its general machinery (about
 //! 12 instructions per byte of a Pod's env lists, callgrind). Here a skipped object or list is read by 64-byte
-//! blocks, as simdjson's first stage reads them: the quotes, backslashes and structural characters of a block
-//! are found at once (vector compares whose bits are gathered into one word, through `wide`), the strings'
-//! extent follows from the quotes (a prefix XOR), and only the tokens are visited, each checked against what
-//! the grammar allows there (`Reader::skip_container`). The strings a type reads end at the first stop of the
-//! same kind of block, kept while the strings in it are read.
+//! blocks, as simdjson's first stage reads them: the quotes, backslashes, brackets and control characters of a
+//! block are found at once (vector compares whose bits are gathered into one word, through `wide`), the
+//! strings' extent follows from the quotes (a prefix XOR), and only the brackets outside strings are visited
+//! (`Reader::skip_container`), about one in five of the tokens a grammar check visits. The strings a type
+//! reads end at the first stop of the same kind of block, kept while the strings in it are read.
 
 use std::fmt;
 
@@ -59,7 +69,8 @@ impl de::Error for Fallback {
 
 type Result<T> = std::result::Result<T, Fallback>;
 
-/// Reads `text` as `T`: exactly what `serde_json::from_str` returns, value or error, sooner.
+/// Reads `text` as `T`: what `serde_json::from_str` returns, value or error, sooner; but a text whose only
+/// faults are of JSON's grammar inside a skipped object or list is read (the module's doc says why).
 pub fn from_str<'a, T: Deserialize<'a>>(text: &'a str) -> serde_json::Result<T> {
     match read(text) {
         Ok(value) => Ok(value),
@@ -80,6 +91,39 @@ pub fn visit_seq<'a, V: Visitor<'a>>(text: &'a str, visitor: V) -> Result<V::Val
     let mut reader = Reader::new(text);
     let value = (&mut reader).deserialize_seq(visitor)?;
     reader.end().map(|()| value)
+}
+
+/// Whether `text` has JSON's structure, by the byte-by-byte definition: strings closed, with JSON's escapes and
+/// no control character, no backslash outside a string, brackets that match. What the fast path checks of the
+/// objects and lists it skips, for the tests and the fuzz checks: a text it reads has this structure, also when
+/// serde_json refuses the text.
+pub fn has_structure(text: &str) -> bool {
+    let b = text.as_bytes();
+    let mut open = Vec::new();
+    let mut i = 0;
+    while let Some(&byte) = b.get(i) {
+        match byte {
+            b'"' => loop {
+                i += 1;
+                match b.get(i) {
+                    Some(b'"') => break,
+                    Some(b'\\') => match escape_len(b, i + 1) {
+                        Ok(len) => i += len,
+                        Err(Fallback) => return false,
+                    },
+                    Some(&c) if c >= 0x20 => {}
+                    _ => return false,
+                }
+            },
+            b'{' | b'[' => open.push(byte),
+            b'}' if open.pop() == Some(b'{') => {}
+            b']' if open.pop() == Some(b'[') => {}
+            b'}' | b']' | b'\\' => return false,
+            _ => {}
+        }
+        i += 1;
+    }
+    open.is_empty()
 }
 
 struct Reader<'de> {
@@ -174,11 +218,10 @@ fn unescape(s: &str, out: &mut String) -> Result<()> {
 struct Classes {
     quote: u64,
     backslash: u64,
-    /// `{ } [ ] , :`
-    structural: u64,
-    /// JSON's whitespace: space, tab, line feed, carriage return.
-    space: u64,
-    /// Bytes below 0x20 (never allowed in a string; outside one, all but whitespace are no token either).
+    /// `{ } [ ]`, and four bytes JSON allows nowhere outside a string (`Y _ y` and DEL), which the skip then
+    /// refuses: one compare instead of four.
+    bracket: u64,
+    /// Bytes below 0x20 (never allowed in a string).
     control: u64,
 }
 
@@ -188,31 +231,14 @@ struct Classes {
 #[inline(always)]
 fn classify(block: &[u8; 64]) -> Classes {
     let v = u8x64::new(*block);
-    // `{`/`[` and `}`/`]` differ only in bit 5.
-    let folded = v | u8x64::splat(0x20);
-    let structural = folded.simd_eq(u8x64::splat(b'{'))
-        | folded.simd_eq(u8x64::splat(b'}'))
-        | v.simd_eq(u8x64::splat(b','))
-        | v.simd_eq(u8x64::splat(b':'));
-    // Spaces and control characters are rare in the compact JSON the apiserver sends: worked out exactly only
-    // for a block that has a byte <= 0x20.
-    let low = v.min(u8x64::splat(0x20)).simd_eq(v).to_bitmask();
-    let (mut space, mut control) = (0, 0);
-    if low != 0 {
-        let blank = v.simd_eq(u8x64::splat(b' ')).to_bitmask();
-        control = low & !blank;
-        space = blank
-            | (v.simd_eq(u8x64::splat(b'\t'))
-                | v.simd_eq(u8x64::splat(b'\n'))
-                | v.simd_eq(u8x64::splat(b'\r')))
-            .to_bitmask();
-    }
     Classes {
         quote: v.simd_eq(u8x64::splat(b'"')).to_bitmask(),
         backslash: v.simd_eq(u8x64::splat(b'\\')).to_bitmask(),
-        structural: structural.to_bitmask(),
-        space,
-        control,
+        // `[` 0x5B, `]` 0x5D, `{` 0x7B and `}` 0x7D differ only in bits 1, 2 and 5.
+        bracket: (v & u8x64::splat(0xD9))
+            .simd_eq(u8x64::splat(0x59))
+            .to_bitmask(),
+        control: v.min(u8x64::splat(0x1F)).simd_eq(v).to_bitmask(),
     }
 }
 
@@ -314,15 +340,6 @@ fn check_escapes(bytes: &[u8], base: usize, escaped: u64) -> Result<()> {
     Ok(())
 }
 
-/// A byte that may follow a number or literal: whitespace, a structural character, a quote (the grammar then
-/// refuses what comes next where it must).
-fn ends_scalar(byte: Option<&u8>) -> bool {
-    matches!(
-        byte,
-        None | Some(b' ' | b'\t' | b'\n' | b'\r' | b'{' | b'}' | b'[' | b']' | b',' | b':' | b'"')
-    )
-}
-
 /// Where a number or literal that starts at `at` ends, by JSON's grammar.
 fn scalar_end(bytes: &[u8], at: usize) -> Result<usize> {
     let word: &[u8] = match bytes.get(at) {
@@ -344,23 +361,6 @@ fn close(open: &mut u128, depth: &mut u32) -> bool {
     *open >>= 1;
     *depth -= 1;
     *depth == 0
-}
-
-/// What the skip of a container expects next, as its grammar allows.
-#[derive(Clone, Copy)]
-enum Expect {
-    /// A value (after `:`, or after `,` in a list).
-    Value,
-    /// A value or `]` (after `[`).
-    ValueOrEnd,
-    /// A key (after `,` in an object).
-    Key,
-    /// A key or `}` (after `{`).
-    KeyOrEnd,
-    /// `:` (after a key).
-    Colon,
-    /// `,` or the end of the innermost container (after a value).
-    Next,
 }
 
 impl<'de> Reader<'de> {
@@ -497,24 +497,20 @@ impl<'de> Reader<'de> {
     }
 
     /// Skips the object or list at `pos` (its `{` or `[`) by 64-byte blocks, as simdjson's first stage finds
-    /// a block's tokens: its quotes, backslashes and structural characters are found at once, the strings'
-    /// extent follows from the quotes no backslash escapes (a prefix XOR), and only the tokens are visited
-    /// (`{ } [ ] , :`, opening quotes, the first byte of a number or literal), each checked against what the
-    /// grammar allows there; the open containers are the bits of one integer (1 for an object), the innermost
-    /// lowest. The rest is checked by the masks: no control character in a string, every escape one of
-    /// JSON's, and any byte outside a string that is neither whitespace nor a token's belongs to a number or
-    /// literal, which is read whole and must end where whitespace or a token starts.
+    /// a block's structure: its quotes, backslashes and brackets are found at once, the strings' extent follows
+    /// from the quotes no backslash escapes (a prefix XOR), and only the brackets outside strings are visited,
+    /// each closing the kind it opened; the open containers are the bits of one integer (1 for an object), the
+    /// innermost lowest. The masks check the rest of the structure: no control character in a string, every
+    /// escape one of JSON's, no backslash outside a string. The grammar between the brackets is not checked
+    /// (the module's doc says why).
     fn skip_container(&mut self) -> Result<()> {
         let bytes = self.bytes;
         let mut base = self.pos;
-        // All ones when the block before ended inside a string; bit 0 when it ended in an escaping backslash,
-        // or in a number or literal.
+        // All ones when the block before ended inside a string; bit 0 when it ended in an escaping backslash.
         let mut in_string = 0u64;
         let mut escape_carry = 0u64;
-        let mut scalar_carry = 0u64;
         let mut open: u128 = 0;
         let mut depth: u32 = 0;
-        let mut expect = Expect::Value;
         while base < bytes.len() {
             let block = block_at(bytes, base);
             let classes = classify(&block);
@@ -526,61 +522,38 @@ impl<'de> Reader<'de> {
             let quotes = classes.quote & !escaped;
             let string = prefix_xor(quotes) ^ in_string;
             in_string = ((string as i64) >> 63) as u64;
-            if classes.control & string != 0 {
+            if (classes.control & string) | (classes.backslash & !string) != 0 {
                 return Err(Fallback);
             }
-            let scalar = !(string | classes.quote | classes.space | classes.structural);
-            let scalar_starts = scalar & !((scalar << 1) | scalar_carry);
-            scalar_carry = scalar >> 63;
-            let mut tokens = (classes.structural & !string) | (quotes & string) | scalar_starts;
-            while tokens != 0 {
-                let i = tokens.trailing_zeros() as usize;
-                tokens &= tokens - 1;
+            let mut brackets = classes.bracket & !string;
+            while brackets != 0 {
+                let i = brackets.trailing_zeros() as usize;
+                brackets &= brackets - 1;
                 let object = open & 1 == 1;
-                expect = match (expect, block[i]) {
-                    (Expect::Next, b',') if object => Expect::Key,
-                    (Expect::Next, b',') => Expect::Value,
-                    (Expect::Key | Expect::KeyOrEnd, b'"') => Expect::Colon,
-                    (Expect::Colon, b':') => Expect::Value,
-                    (Expect::Value | Expect::ValueOrEnd, b'"') => Expect::Next,
-                    (Expect::Value | Expect::ValueOrEnd, b'{') if depth < SKIPPED_DEPTH => {
+                match block[i] {
+                    b'{' if depth < SKIPPED_DEPTH => {
                         open = (open << 1) | 1;
                         depth += 1;
-                        Expect::KeyOrEnd
                     }
-                    (Expect::Value | Expect::ValueOrEnd, b'[') if depth < SKIPPED_DEPTH => {
+                    b'[' if depth < SKIPPED_DEPTH => {
                         open <<= 1;
                         depth += 1;
-                        Expect::ValueOrEnd
                     }
-                    // An object's end and a list's in two arms: one arm that compares the byte again cost 8%
-                    // of a scan (stages, scan_fast).
-                    (Expect::Next | Expect::KeyOrEnd, b'}') if object => {
+                    // The first byte is the container's own bracket, so `depth` is never 0 here.
+                    b'}' if object => {
                         if close(&mut open, &mut depth) {
                             self.pos = base + i + 1;
                             return Ok(());
                         }
-                        Expect::Next
                     }
-                    (Expect::Next | Expect::ValueOrEnd, b']') if !object => {
+                    b']' if !object => {
                         if close(&mut open, &mut depth) {
                             self.pos = base + i + 1;
                             return Ok(());
                         }
-                        Expect::Next
-                    }
-                    (
-                        Expect::Value | Expect::ValueOrEnd,
-                        b'-' | b'0'..=b'9' | b't' | b'f' | b'n',
-                    ) => {
-                        let end = scalar_end(bytes, base + i)?;
-                        if !ends_scalar(bytes.get(end)) {
-                            return Err(Fallback);
-                        }
-                        Expect::Next
                     }
                     _ => return Err(Fallback),
-                };
+                }
             }
             base += 64;
         }
