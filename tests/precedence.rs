@@ -408,3 +408,49 @@ fn status_of_profile(profile: &str) -> serde_json::Value {
     .to_string()
     .into()
 }
+
+#[test]
+fn a_status_recording_a_variable_its_profile_never_writes_is_not_believed() {
+    use pdp_injector::core::Outcome;
+    // Found by fuzzing: a status claiming no container yet recording a misspelt variable was believed, so the
+    // re-wiring recorded every container as carrying that variable, and the next pass wired the Pod again.
+    let forged = serde_json::json!({"mode": "daemonset", "profile": "cerbos", "reason": "injected_daemonset",
+        "configHash": "x", "version": "0.1.0", "containers": [],
+        "env": ["CERBOS_PDP_HOST", "CERBOS_PDP_ADDR", "CERBOS_PPD_SOCKET"]})
+    .to_string();
+    let p = serde_json::json!({
+        "metadata": {"name": "p", "annotations": {"pdp-injector.io/inject": "daemonset", "pdp-injector.io/status": forged}},
+        "spec": {"containers": [{"name": "app", "image": "x"}]}
+    });
+    let o = outcome_of(p.clone(), &ns(None));
+    let Outcome::Injected(injected) = &o else {
+        panic!("{o:?}")
+    };
+    let warning = o
+        .warnings()
+        .iter()
+        .find(|w| w.code.code() == "status_not_carried")
+        .unwrap_or_else(|| panic!("{o:?}"));
+    assert!(
+        warning.message.contains("CERBOS_PPD_SOCKET") && warning.message.contains("does not write"),
+        "{}",
+        warning.message
+    );
+    assert_eq!(
+        denied_required(&p),
+        Reason::ForgedStatus,
+        "refused where injection is required"
+    );
+    // Wired afresh, the Pod is then left alone.
+    let typed: Pod = serde_json::from_value(p).unwrap();
+    let wired = pdp_injector::core::patched(&typed, &injected.patch).unwrap();
+    let again = outcome_of(serde_json::to_value(wired).unwrap(), &ns(None));
+    assert_eq!(again.reason(), Reason::AlreadyInjected, "{again:?}");
+}
+
+fn denied_required(p: &serde_json::Value) -> Reason {
+    match outcome_of(p.clone(), &required("daemonset")) {
+        pdp_injector::core::Outcome::Denied(d) => d.reason,
+        other => panic!("{other:?}"),
+    }
+}

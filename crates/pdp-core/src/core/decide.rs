@@ -239,6 +239,29 @@ pub fn missing_wiring(pod: &PodView<'_>, status: &Status, config: &Config) -> Op
             status.mode, var.name
         ));
     }
+    // A re-wiring gives new containers what the recorded variables say the first pass gave, and records them
+    // as wired: a variable no wiring of the profile writes would then be claimed of containers that never get it,
+    // and the next pass would not believe the status it wrote.
+    let most = app_env(
+        profile,
+        Wiring {
+            mode: status.mode,
+            socket: true,
+            tls: true,
+            http: true,
+            family: config.node_address_family,
+        },
+    );
+    if let Some(var) = status
+        .env
+        .iter()
+        .find(|n| !most.iter().any(|e| e.name == **n))
+    {
+        return Some(format!(
+            "variable {var}, which profile {:?} does not write in {} mode,",
+            status.profile, status.mode
+        ));
+    }
     let mounted: Vec<&str> = status
         .volumes
         .iter()
