@@ -17,8 +17,9 @@
 //! colon, number or literal out of place there is not refused, as simdjson's On-Demand front end does not
 //! refuse it in the values it skips (serde_json itself does not check UTF-8 in a string it skips). No answer
 //! depends on that grammar: the apiserver only sends what its own encoder wrote, a skipped value is never
-//! copied into a patch, and a raw value the core does read (an `env` entry that may define one of our
-//! variables, a volume of the name we add) is parsed again with the whole grammar. So a text serde_json
+//! copied into a patch, and a raw value the core does read (an `env` list that may define one of our
+//! variables, a volume of the name we add) is parsed again, its fields read checked by the whole grammar. So a
+//! text serde_json
 //! refuses is either refused here too or has its only faults inside such a value, and a value's end is always
 //! serde_json's: the fields read after it are the same.
 //!
@@ -226,8 +227,8 @@ struct Classes {
 }
 
 /// Each class a vector compare and its bits gathered at once (`wide`: SSE2's `pmovmskb` on x86-64, NEON on
-/// aarch64, plain loops elsewhere; no `unsafe` here). Gathering the bits is what portable code cannot say: the
-/// same classes by plain loops and multiplications cost about 500 instructions per block against 136.
+/// aarch64, plain loops elsewhere; no `unsafe` here). Gathering the bits is what portable code cannot say: five
+/// classes by plain loops and multiplications cost about 500 instructions per block against 136.
 #[inline(always)]
 fn classify(block: &[u8; 64]) -> Classes {
     let v = u8x64::new(*block);
