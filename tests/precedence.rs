@@ -410,10 +410,11 @@ fn status_of_profile(profile: &str) -> serde_json::Value {
 }
 
 #[test]
-fn a_status_recording_a_variable_its_profile_never_writes_is_not_believed() {
+fn a_status_recording_a_variable_its_profile_never_writes_is_wired_once() {
     use pdp_injector::core::Outcome;
-    // Found by fuzzing: a status claiming no container yet recording a misspelt variable was believed, so the
-    // re-wiring recorded every container as carrying that variable, and the next pass wired the Pod again.
+    // Found by fuzzing: a status claiming no container yet recording a misspelt variable. The re-wiring recorded
+    // every container as carrying it, and the next pass, checking that claim, wired the Pod again. A name the
+    // profile never writes is no claim of ours: the status is believed, and the Pod is wired once.
     let forged = serde_json::json!({"mode": "daemonset", "profile": "cerbos", "reason": "injected_daemonset",
         "configHash": "x", "version": "0.1.0", "containers": [],
         "env": ["CERBOS_PDP_HOST", "CERBOS_PDP_ADDR", "CERBOS_PPD_SOCKET"]})
@@ -426,31 +427,9 @@ fn a_status_recording_a_variable_its_profile_never_writes_is_not_believed() {
     let Outcome::Injected(injected) = &o else {
         panic!("{o:?}")
     };
-    let warning = o
-        .warnings()
-        .iter()
-        .find(|w| w.code.code() == "status_not_carried")
-        .unwrap_or_else(|| panic!("{o:?}"));
-    assert!(
-        warning.message.contains("CERBOS_PPD_SOCKET") && warning.message.contains("does not write"),
-        "{}",
-        warning.message
-    );
-    assert_eq!(
-        denied_required(&p),
-        Reason::ForgedStatus,
-        "refused where injection is required"
-    );
-    // Wired afresh, the Pod is then left alone.
+    assert!(o.warnings().is_empty(), "{o:?}");
     let typed: Pod = serde_json::from_value(p).unwrap();
     let wired = pdp_injector::core::patched(&typed, &injected.patch).unwrap();
     let again = outcome_of(serde_json::to_value(wired).unwrap(), &ns(None));
     assert_eq!(again.reason(), Reason::AlreadyInjected, "{again:?}");
-}
-
-fn denied_required(p: &serde_json::Value) -> Reason {
-    match outcome_of(p.clone(), &required("daemonset")) {
-        pdp_injector::core::Outcome::Denied(d) => d.reason,
-        other => panic!("{other:?}"),
-    }
 }

@@ -239,9 +239,12 @@ pub fn missing_wiring(pod: &PodView<'_>, status: &Status, config: &Config) -> Op
             status.mode, var.name
         ));
     }
-    // A re-wiring gives new containers what the recorded variables say the first pass gave, and records them
-    // as wired: a variable no wiring of the profile writes would then be claimed of containers that never get it,
-    // and the next pass would not believe the status it wrote.
+    // A re-wiring gives the containers it adds what the recorded variables say the first pass gave, and then
+    // records them as wired. A variable of the profile's that it would not give them (TLS's CA without TLS's
+    // flag, say) would be claimed of containers without it, and the next pass would not believe the status it
+    // wrote. A name the profile never writes is no claim of ours: it is not checked.
+    let wiring = Wiring::recorded(profile, status, config.node_address_family);
+    let recorded = app_env(profile, wiring);
     let most = app_env(
         profile,
         Wiring {
@@ -252,29 +255,46 @@ pub fn missing_wiring(pod: &PodView<'_>, status: &Status, config: &Config) -> Op
             family: config.node_address_family,
         },
     );
+    let ours = |name: &str| recorded.iter().any(|e| e.name == name);
     if let Some(var) = status
         .env
         .iter()
-        .find(|n| !most.iter().any(|e| e.name == **n))
+        .find(|n| !ours(n) && most.iter().any(|e| e.name == **n))
     {
         return Some(format!(
-            "variable {var}, which profile {:?} does not write in {} mode,",
-            status.profile, status.mode
+            "variable {var}, which a re-wiring from it would not write,"
         ));
     }
+    let claimed: Vec<&str> = status
+        .env
+        .iter()
+        .map(String::as_str)
+        .filter(|n| ours(n))
+        .collect();
     let mounted: Vec<&str> = status
         .volumes
         .iter()
         .map(String::as_str)
         .filter(|v| [VOLUME_SOCKET, VOLUME_MTLS, VOLUME_TLS].contains(v))
         .collect();
+    // The same for the mounts a re-wiring gives the containers it adds.
+    let given = |v: &str| match v {
+        VOLUME_SOCKET => wiring.socket,
+        VOLUME_TLS => wiring.tls,
+        _ => profile.mtls.is_some(),
+    };
+    if let Some(v) = mounted.iter().find(|v| !given(v)) {
+        return Some(format!(
+            "the mounts of volume {v:?}, which a re-wiring from it would not give,"
+        ));
+    }
     // Each container once: the status is the Pod author's, and may name one container many times.
     let mut seen = std::collections::BTreeSet::new();
     for name in status.containers.iter().filter(|n| seen.insert(n.as_str())) {
         let Some(c) = pod.containers().iter().find(|c| c.name.as_str() == name) else {
             return Some(format!("app container {name:?}"));
         };
-        if let Some(var) = first_unnamed(c.env, &status.env) {
+        if let Some(var) = first_unnamed(c.env, &claimed) {
             return Some(format!("variable {var} in container {name:?}"));
         }
         if let Some(v) = first_unnamed(c.volume_mounts, &mounted) {

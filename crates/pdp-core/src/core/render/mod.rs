@@ -67,6 +67,19 @@ impl Wiring {
             family: NodeAddressFamily::IPv4,
         }
     }
+
+    /// The wiring a status records, which a re-wiring gives the containers it adds: the socket, TLS and the
+    /// HTTP address each where the status lists its variable.
+    pub fn recorded(profile: &Profile, status: &Status, family: NodeAddressFamily) -> Wiring {
+        let listed = |name: &String| status.env.contains(name);
+        Wiring {
+            mode: status.mode,
+            socket: listed(&profile.env_names.socket),
+            tls: profile.tls.is_some() && profile.tls_env_names().is_some_and(|t| listed(&t.flag)),
+            http: profile.env_names.http_address.as_ref().is_none_or(listed),
+            family,
+        }
+    }
 }
 
 /// Whether the profile's `tls` is wired in `mode`: on the TCP path only (daemonset, central). In sidecar mode
@@ -192,26 +205,18 @@ fn wiring(
     }
     // A profile whose node-local PDP serves no socket: TCP only, and nothing to warn about.
     let socket = socket_volume(profile, plan.mode, by);
-    let with_socket = match previous {
-        Some(prev) => prev.env.contains(&profile.env_names.socket),
-        None => socket.is_some(),
-    };
-    let with_tls = match previous {
-        Some(prev) => profile
-            .tls_env_names()
-            .is_some_and(|t| prev.env.contains(&t.flag)),
-        None => tls_applies(profile, plan.mode),
-    };
-    let with_http = match (previous, &profile.env_names.http_address) {
-        (Some(prev), Some(var)) => prev.env.contains(var),
-        _ => true,
-    };
-    let wiring = Wiring {
-        mode: plan.mode,
-        socket: with_socket,
-        tls: with_tls && profile.tls.is_some(),
-        http: with_http,
-        family: config.node_address_family,
+    let wiring = match previous {
+        Some(prev) => Wiring {
+            mode: plan.mode,
+            ..Wiring::recorded(profile, prev, config.node_address_family)
+        },
+        None => Wiring {
+            mode: plan.mode,
+            socket: socket.is_some(),
+            tls: tls_applies(profile, plan.mode),
+            http: true,
+            family: config.node_address_family,
+        },
     };
     (wiring, socket)
 }
