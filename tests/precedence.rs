@@ -433,3 +433,58 @@ fn a_status_recording_a_variable_its_profile_never_writes_is_wired_once() {
     let again = outcome_of(serde_json::to_value(wired).unwrap(), &ns(None));
     assert_eq!(again.reason(), Reason::AlreadyInjected, "{again:?}");
 }
+
+#[test]
+fn a_status_recording_tls_variables_without_tls_s_flag_is_not_believed() {
+    use pdp_injector::core::Outcome;
+    // A re-wiring gives the containers it adds TLS only where the status lists TLS's flag: a status that lists
+    // the CA's variable without it would be claimed of containers without the CA, and the next pass would wire
+    // the Pod again. It is not believed, and the Pod is wired afresh, once.
+    let config = Config::load(std::path::Path::new("tests/golden/tls/config.yaml")).unwrap();
+    let inject = |p: &serde_json::Value| {
+        let typed: Pod = serde_json::from_value(p.clone()).unwrap();
+        (
+            pdp_injector::core::inject(&typed, &ns(None), &config),
+            typed,
+        )
+    };
+    let pod = serde_json::json!({
+        "metadata": {"name": "p", "annotations": {"pdp-injector.io/inject": "daemonset"}},
+        "spec": {"containers": [{"name": "app", "image": "x"}]}
+    });
+    let (Outcome::Injected(first), typed) = inject(&pod) else {
+        panic!("not injected")
+    };
+    let mut wired =
+        serde_json::to_value(pdp_injector::core::patched(&typed, &first.patch).unwrap()).unwrap();
+    let key = "pdp-injector.io/status";
+    let mut status: serde_json::Value =
+        serde_json::from_str(wired["metadata"]["annotations"][key].as_str().unwrap()).unwrap();
+    let env = status["env"].as_array_mut().unwrap();
+    let before = env.len();
+    env.retain(|n| n != "CERBOS_PDP_TLS");
+    assert_eq!(env.len(), before - 1, "the flag's name: {status}");
+    assert!(
+        env.iter().any(|n| n.as_str().unwrap().contains("CA")),
+        "{status}"
+    );
+    wired["metadata"]["annotations"][key] = status.to_string().into();
+    wired["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "second", "image": "x"}));
+    let (o, typed) = inject(&wired);
+    let Outcome::Injected(again) = &o else {
+        panic!("{o:?}")
+    };
+    assert!(
+        o.warnings()
+            .iter()
+            .any(|w| w.code.code() == "status_not_carried"),
+        "{o:?}"
+    );
+    let rewired =
+        serde_json::to_value(pdp_injector::core::patched(&typed, &again.patch).unwrap()).unwrap();
+    let (third, _) = inject(&rewired);
+    assert_eq!(third.reason(), Reason::AlreadyInjected, "{third:?}");
+}
