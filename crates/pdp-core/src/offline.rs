@@ -179,15 +179,9 @@ pub fn read_stream(input: &str) -> Result<Vec<Document<'_>>, OfflineError> {
     };
     let mut docs = Vec::with_capacity(pieces.len());
     for piece in pieces {
-        if is_empty_piece(piece.text) {
-            continue;
-        }
-        match serde_saphyr::from_str_with_options::<Value>(piece.text, yaml_options(piece.text)) {
-            Ok(Value::Null) => {}
-            Ok(value) => docs.push(Document {
-                value,
-                source: Some(piece.text),
-            }),
+        match read_piece(piece.text) {
+            Ok(None) => {}
+            Ok(Some(doc)) => docs.push(doc),
             Err(e) => {
                 // The cut is only a shortcut: where the stream read whole holds, its reading stands.
                 if let Ok(whole) = read_whole(input) {
@@ -205,6 +199,22 @@ pub fn read_stream(input: &str) -> Result<Vec<Document<'_>>, OfflineError> {
         }
     }
     Ok(docs)
+}
+
+/// One piece of a cut stream as a document with its text; `None` for an empty or null one.
+fn read_piece(text: &str) -> Result<Option<Document<'_>>, serde_saphyr::Error> {
+    if is_empty_piece(text) {
+        return Ok(None);
+    }
+    Ok(
+        match serde_saphyr::from_str_with_options::<Value>(text, yaml_options(text))? {
+            Value::Null => None,
+            value => Some(Document {
+                value,
+                source: Some(text),
+            }),
+        },
+    )
 }
 
 /// Reads the stream as one: for what [`cut`] does not cover, and to check what a piece could not parse.
@@ -324,7 +334,7 @@ pub fn inject_stream(
 /// dropped before the next, so a long stream is never held in memory as values (20,000 documents took 290 MB,
 /// and dropping them at the end a tenth of the time). The stream's Namespace documents are read first: only a
 /// piece whose text says `Namespace` can define one, or one with a backslash (a YAML escape could spell the
-/// word). `None` when the stream is not cut, or a piece does not parse or is refused: the whole-stream path
+/// word); those are kept until their turn. `None` when the stream is not cut, or a piece does not parse or is refused: the whole-stream path
 /// then reads it and gives its answer, so errors are found in the same order as before.
 fn inject_pieces(
     input: &str,
@@ -332,41 +342,44 @@ fn inject_pieces(
     options: &Options,
 ) -> Option<(String, Vec<DocReport>)> {
     let pieces = cut(input)?;
-    let parse =
-        |text: &str| serde_saphyr::from_str_with_options::<Value>(text, yaml_options(text)).ok();
     let namespace = memchr::memmem::Finder::new("Namespace");
     let mut namespaces: HashMap<String, NamespaceInfo> = HashMap::new();
+    // The pieces the first pass read, kept for the second (`Some`), so that none is parsed twice.
+    let mut early: Vec<Option<Option<Document<'_>>>> = Vec::with_capacity(pieces.len());
     for piece in &pieces {
         let text = piece.text.as_bytes();
-        if namespace.find(text).is_some() || memchr::memchr(b'\\', text).is_some() {
-            collect_namespaces(&parse(piece.text)?, &mut namespaces);
-        }
+        early.push(
+            if namespace.find(text).is_some() || memchr::memchr(b'\\', text).is_some() {
+                let doc = read_piece(piece.text).ok()?;
+                if let Some(doc) = &doc {
+                    collect_namespaces(&doc.value, &mut namespaces);
+                }
+                Some(doc)
+            } else {
+                None
+            },
+        );
     }
     let mut out = String::with_capacity(input.len() + input.len() / 4);
     let mut reports = Vec::with_capacity(pieces.len());
     let mut count = 0;
-    for piece in pieces {
-        if is_empty_piece(piece.text) {
+    for (piece, early) in pieces.iter().zip(early) {
+        let doc = match early {
+            Some(doc) => doc,
+            None => read_piece(piece.text).ok()?,
+        };
+        let Some(mut doc) = doc else {
             continue;
-        }
-        let mut value = match parse(piece.text)? {
-            Value::Null => continue,
-            value => value,
         };
         count += 1;
-        let index = count.to_string();
         let changed = inject_document(
-            &mut value,
-            index,
+            &mut doc.value,
+            count.to_string(),
             config,
             options,
             &namespaces,
             &mut reports,
         );
-        let doc = Document {
-            value,
-            source: Some(piece.text),
-        };
         write_document(&mut out, &doc, changed.ok()?);
     }
     Some((out, reports))
