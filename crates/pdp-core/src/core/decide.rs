@@ -245,25 +245,26 @@ pub fn missing_wiring(pod: &PodView<'_>, status: &Status, config: &Config) -> Op
     // wrote. A name the profile never writes is no claim of ours: it is not checked.
     let wiring = Wiring::recorded(profile, status, config.node_address_family);
     let recorded = app_env(profile, wiring);
-    let most = app_env(
-        profile,
-        Wiring {
-            mode: status.mode,
-            socket: true,
-            tls: true,
-            http: true,
-            family: config.node_address_family,
-        },
-    );
     let ours = |name: &str| recorded.iter().any(|e| e.name == name);
-    if let Some(var) = status
-        .env
-        .iter()
-        .find(|n| !ours(n) && most.iter().any(|e| e.name == **n))
-    {
-        return Some(format!(
-            "variable {var}, which a re-wiring from it would not write,"
-        ));
+    // Only a status with names a re-wiring would not write needs the profile's whole list (the status of a Pod
+    // this webhook wired has none: it is read on every review of an injected Pod).
+    let mut foreign = status.env.iter().filter(|n| !ours(n)).peekable();
+    if foreign.peek().is_some() {
+        let most = app_env(
+            profile,
+            Wiring {
+                mode: status.mode,
+                socket: true,
+                tls: true,
+                http: true,
+                family: config.node_address_family,
+            },
+        );
+        if let Some(var) = foreign.find(|n| most.iter().any(|e| e.name == **n)) {
+            return Some(format!(
+                "variable {var}, which a re-wiring from it would not write,"
+            ));
+        }
     }
     let claimed: Vec<&str> = status
         .env
