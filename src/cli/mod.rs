@@ -6,6 +6,7 @@ mod certs;
 mod check;
 mod csi;
 mod inject;
+mod logging;
 mod node;
 mod serve;
 
@@ -63,21 +64,9 @@ pub(crate) struct LogArgs {
     pub(crate) log_format: LogFormat,
 }
 
+/// The logging set-up of the long-running commands (see [`logging`]).
 pub(crate) fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .init(),
-    }
+    logging::init(format);
 }
 
 pub(crate) async fn shutdown_signal() {
