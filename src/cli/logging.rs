@@ -9,8 +9,9 @@
 //!
 //! - **Text** keeps tracing-subscriber's `Full` line (timestamp, level, spans, target, fields) and its field
 //!   visitor for anything but a plain value: a string of printable ASCII without `"` or `\` (what `Debug`
-//!   writes unchanged), a bool or an integer are written here, the same bytes. On a terminal (ANSI colours) the
-//!   stock visitor does everything.
+//!   writes unchanged), a bool or an integer are written here, the same bytes. Unlike the stock visitor, it escapes a
+//!   value's control characters (a newline in a `%` value or an error's text), so that one event is one line
+//!   whatever a request says. On a terminal (ANSI colours) the stock formatter does everything, as it did.
 //! - **JSON** writes the same object as tracing-subscriber's `json().flatten_event(true).with_current_span(true)`:
 //!   `timestamp`, `level`, the event's fields flattened (`message` first), `target`, then `span` (the innermost
 //!   span's fields and its `name`) and `spans` (every span of the scope from the root), when there is a span. A
@@ -55,14 +56,30 @@ pub(crate) fn init(format: LogFormat) {
     }
 }
 
-/// The text format's field formatter: tracing-subscriber's `DefaultFields`, byte for byte.
+/// The text format's field formatter: tracing-subscriber's `DefaultFields`, byte for byte, except that a value's
+/// control characters are escaped ([`OneLine`]).
 pub(crate) struct TextFields;
 
 impl<'writer> FormatFields<'writer> for TextFields {
-    fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
+    fn format_fields<R: RecordFields>(
+        &self,
+        mut writer: Writer<'writer>,
+        fields: R,
+    ) -> fmt::Result {
+        if writer.has_ansi_escapes() {
+            let mut visitor = TextVisitor {
+                fast: false,
+                writer,
+                is_empty: true,
+                result: Ok(()),
+            };
+            fields.record(&mut visitor);
+            return visitor.result;
+        }
+        let mut line = OneLine(&mut writer);
         let mut visitor = TextVisitor {
-            fast: !writer.has_ansi_escapes(),
-            writer,
+            fast: true,
+            writer: Writer::new(&mut line),
             is_empty: true,
             result: Ok(()),
         };
@@ -133,6 +150,37 @@ impl TextVisitor<'_> {
         if self.result.is_ok() {
             self.result = write!(self.writer, "{}={value}", field.name());
         }
+    }
+}
+
+/// Keeps a field on its line: a value written with `%` (its `Display`), or an error's text, may hold a newline or
+/// a terminal escape, and the stock text visitor writes those as they are. The request's own words reach such
+/// values (a namespace name in a denial), so any Pod that can reach the webhook could write a line that looks like
+/// the webhook's, or drive the terminal of whoever reads `kubectl logs`. Written here as `Debug` writes them in a
+/// string: `\n`, `\r`, `\x1b`, `\u{85}`. Strings and messages are already escaped, so they pass unchanged.
+struct OneLine<'a, 'w>(&'a mut Writer<'w>);
+
+impl fmt::Write for OneLine<'_, '_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let risky = |c: char| c.is_control() && c != '\t';
+        if !s.bytes().any(|b| b < 0x20 || b == 0x7f || b == 0xc2) {
+            return self.0.write_str(s);
+        }
+        let mut start = 0;
+        for (i, c) in s.char_indices() {
+            if !risky(c) {
+                continue;
+            }
+            self.0.write_str(&s[start..i])?;
+            match c {
+                '\n' => self.0.write_str("\\n")?,
+                '\r' => self.0.write_str("\\r")?,
+                c if (c as u32) < 0x80 => write!(self.0, "\\x{:02x}", c as u32)?,
+                c => write!(self.0, "\\u{{{:x}}}", c as u32)?,
+            }
+            start = i + c.len_utf8();
+        }
+        self.0.write_str(&s[start..])
     }
 }
 
@@ -347,8 +395,8 @@ impl fmt::Write for JsonEscape<'_> {
     }
 }
 
-/// The text format's line without colours: tracing-subscriber's `Full` format, byte for byte (timestamp, level,
-/// each span of the scope with its fields, target, the event's fields).
+/// The text format's line without colours: tracing-subscriber's `Full` format (timestamp, level, each span of the
+/// scope with its fields, target, the event's fields), the same bytes but for [`OneLine`]'s escapes.
 pub(crate) struct TextLine<T = SystemTime>(pub(crate) T);
 
 impl<S, T: FormatTime> FormatEvent<S, TextFields> for TextLine<T>
@@ -534,7 +582,11 @@ mod tests {
             "admission review answered"
         );
         drop(_entered);
-        info!(addr = "127.0.0.1:8443", "listening \u{1b}[2J");
+        info!(
+            addr = "127.0.0.1:8443",
+            hostile = %"ns\nforged\u{1b}[2J\r\n\u{85}",
+            "listening \u{1b}[2J"
+        );
         // A `log` record (rustls logs through `log`): the line shows its own target and level.
         tracing_log::format_trace(
             &log::Record::builder()
@@ -593,10 +645,22 @@ mod tests {
     }
 
     #[test]
-    fn text_lines_are_the_stock_formatter_s_byte_for_byte() {
+    fn text_lines_are_the_stock_formatter_s_with_control_characters_escaped() {
         let ours = capture(false, false);
         let stock = capture(false, true);
+        // The stock visitor writes the error's newline and a `%` value's escape as they are; ours escapes them.
+        let stock = stock
+            .replace("\"full\"\n(again)", "\"full\"\\n(again)")
+            .replace(
+                "hostile=ns\nforged\u{1b}[2J\r\n\u{85}",
+                "hostile=ns\\nforged\\x1b[2J\\r\\n\\u{85}",
+            );
         assert_eq!(ours, stock);
+        assert_eq!(ours.lines().count(), 4, "one line per event:\n{ours}");
+        assert!(
+            ours.contains("hostile=ns\\nforged\\x1b[2J\\r\\n\\u{85}"),
+            "{ours}"
+        );
         assert_eq!(ours.matches(" INFO ").count(), 2, "{ours}");
         assert!(
             ours.contains("  WARN rustls::conn: sending fatal alert\n"),
