@@ -66,19 +66,10 @@ impl<'writer> FormatFields<'writer> for TextFields {
         mut writer: Writer<'writer>,
         fields: R,
     ) -> fmt::Result {
-        if writer.has_ansi_escapes() {
-            let mut visitor = TextVisitor {
-                fast: false,
-                writer,
-                is_empty: true,
-                result: Ok(()),
-            };
-            fields.record(&mut visitor);
-            return visitor.result;
-        }
+        // Never with colours: `init` pairs these fields with `TextLine` only, and a terminal gets the stock
+        // formatter whole.
         let mut line = OneLine(&mut writer);
         let mut visitor = TextVisitor {
-            fast: true,
             writer: Writer::new(&mut line),
             is_empty: true,
             result: Ok(()),
@@ -107,8 +98,6 @@ const SPAN_FIELDS_BYTES: usize = 256;
 
 struct TextVisitor<'a> {
     writer: Writer<'a>,
-    /// No ANSI colours: plain values may be written here; with colours the stock visitor writes everything.
-    fast: bool,
     is_empty: bool,
     result: fmt::Result,
 }
@@ -118,8 +107,7 @@ impl TextVisitor<'_> {
     /// `r#`-prefixed names and `log.` metadata specially.
     fn plain(&self, field: &Field) -> bool {
         let name = field.name();
-        self.fast
-            && self.result.is_ok()
+        self.result.is_ok()
             && name != "message"
             && !name.starts_with("r#")
             && !name.starts_with("log.")
@@ -306,11 +294,12 @@ impl JsonVisitor<'_> {
         self.result.is_ok()
     }
 
-    fn string(&mut self, field: &Field, value: fmt::Arguments<'_>) {
+    /// Writes `"name":"value"`, `value` escaped as it is written.
+    fn string(&mut self, field: &Field, value: impl FnOnce(&mut JsonEscape<'_>) -> fmt::Result) {
         if self.key(field) {
             self.result = (|| {
                 self.out.write_char('"')?;
-                JsonEscape(&mut *self.out).write_fmt(value)?;
+                value(&mut JsonEscape(&mut *self.out))?;
                 self.out.write_char('"')
             })();
         }
@@ -325,13 +314,7 @@ impl JsonVisitor<'_> {
 
 impl Visit for JsonVisitor<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
-        if self.key(field) {
-            self.result = (|| {
-                self.out.write_char('"')?;
-                JsonEscape(&mut *self.out).write_str(value)?;
-                self.out.write_char('"')
-            })();
-        }
+        self.string(field, |out| out.write_str(value));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
@@ -355,11 +338,11 @@ impl Visit for JsonVisitor<'_> {
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        self.string(field, format_args!("{value}"));
+        self.string(field, |out| write!(out, "{value}"));
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.string(field, format_args!("{value:?}"));
+        self.string(field, |out| write!(out, "{value:?}"));
     }
 }
 

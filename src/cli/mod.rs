@@ -64,10 +64,8 @@ pub(crate) struct LogArgs {
     pub(crate) log_format: LogFormat,
 }
 
-/// The logging set-up of the long-running commands (see [`logging`]).
-pub(crate) fn init_logging(format: LogFormat) {
-    logging::init(format);
-}
+/// The logging set-up of the long-running commands.
+pub(crate) use logging::init as init_logging;
 
 pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};

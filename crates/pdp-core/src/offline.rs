@@ -334,8 +334,9 @@ pub fn inject_stream(
 /// dropped before the next, so a long stream is never held in memory as values (20,000 documents took 290 MB,
 /// and dropping them at the end a tenth of the time). The stream's Namespace documents are read first: only a
 /// piece whose text says `Namespace` can define one, or one with a backslash (a YAML escape could spell the
-/// word); those are kept until their turn. `None` when the stream is not cut, or a piece does not parse or is refused: the whole-stream path
-/// then reads it and gives its answer, so errors are found in the same order as before.
+/// word); those are kept until their turn. `None` when the stream is not cut, or a piece does not parse or is
+/// refused: the whole-stream path then reads it and gives its answer, so errors are found in the same order as
+/// before.
 fn inject_pieces(
     input: &str,
     config: &Config,
