@@ -173,6 +173,16 @@ fn flags(dir: &TempDir) -> NodeProxyFlags {
     }
 }
 
+/// A front that looks for a newer instance every 20 ms.
+async fn moving_front(dir: &TempDir) -> proxy::Running {
+    proxy::start(NodeProxyFlags {
+        rebalance_interval: Duration::from_millis(20),
+        ..flags(dir)
+    })
+    .await
+    .unwrap()
+}
+
 /// Socket mtimes come from the kernel's coarse clock (a few ms): instances started this far apart are ordered by
 /// time, not by name.
 const APART: Duration = Duration::from_millis(30);
@@ -247,12 +257,7 @@ async fn the_newest_instance_that_accepts_gets_new_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_move_to_a_newer_instance_between_exchanges_never_during_one() {
     let dir = TempDir::new("move");
-    let front = proxy::start(NodeProxyFlags {
-        rebalance_interval: Duration::from_millis(20),
-        ..flags(&dir)
-    })
-    .await
-    .unwrap();
+    let front = moving_front(&dir).await;
     let _old = Instance::start(&dir.instances(), "old.sock", "old");
     let mut idle_tcp = tcp(&front).await.unwrap();
     let mut idle_unix = unix(&front).await.unwrap();
@@ -319,6 +324,385 @@ async fn with_rebalancing_off_connections_stay_until_closed() {
     assert_eq!(ask_unix(&front, "c").await.unwrap(), "new:c");
     assert_eq!(front.stats().instances["old"].moved, 0);
     front.shutdown().await;
+}
+
+/// A fake HTTP/2 instance at the byte level: sends an empty SETTINGS frame (its connection preface), reads the
+/// client's preface, then echoes every byte it receives, so the client decides what the instance's frames are.
+fn start_raw_h2(dir: &Path, file: &str) -> JoinHandle<()> {
+    let listener = bind_instance(dir, file);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut preface = [0; H2_PREFACE.len()];
+                if stream.write_all(&SETTINGS).await.is_err()
+                    || tokio::io::AsyncReadExt::read_exact(&mut stream, &mut preface)
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
+                let (mut read, mut write) = stream.split();
+                let _ = tokio::io::copy(&mut read, &mut write).await;
+            });
+        }
+    })
+}
+
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// An empty SETTINGS frame.
+const SETTINGS: [u8; 9] = [0, 0, 0, 0x4, 0, 0, 0, 0, 0];
+
+/// An HTTP/2 frame of `kind` with `flags` on stream 1.
+fn h2_frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    f.extend_from_slice(&[kind, flags, 0, 0, 0, 1]);
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Reads exactly `n` bytes within 5 s.
+async fn read_n<S: AsyncRead + Unpin>(stream: &mut S, n: usize) -> Vec<u8> {
+    let mut buf = vec![0; n];
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read_exact(stream, &mut buf),
+    )
+    .await
+    .expect("bytes within 5 s")
+    .unwrap();
+    buf
+}
+
+/// Asserts that nothing arrives on `stream` for `wait`.
+async fn assert_nothing_for<S: AsyncRead + Unpin>(stream: &mut S, wait: Duration) {
+    let mut buf = [0u8; 64];
+    if let Ok(read) =
+        tokio::time::timeout(wait, tokio::io::AsyncReadExt::read(stream, &mut buf)).await
+    {
+        panic!(
+            "expected nothing, got {read:?} {:?}",
+            &buf[..*read.as_ref().unwrap_or(&0)]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_connection_is_told_to_go_away_between_frames_and_keeps_being_served() {
+    let dir = TempDir::new("goaway");
+    let front = moving_front(&dir).await;
+    let _old = start_raw_h2(&dir.instances(), "old.sock");
+    let mut conn = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
+    // The client's preface, then half of a DATA frame (10 bytes announced, 4 sent) that the instance echoes:
+    // the instance's byte stream is now in the middle of a frame.
+    let data = h2_frame(0x0, 0x1, b"0123456789");
+    conn.write_all(&[H2_PREFACE, &data[..13]].concat())
+        .await
+        .unwrap();
+    let head = read_n(&mut conn, SETTINGS.len() + 13).await;
+    assert_eq!(&head[..9], &SETTINGS);
+    tokio::time::sleep(APART).await;
+    let _new = start_raw_h2(&dir.instances(), "new.sock");
+    // A newer instance serves, but a frame written now would land inside the instance's frame: nothing yet,
+    // and the connection is not closed either.
+    assert_nothing_for(&mut conn, Duration::from_millis(500)).await;
+    // The rest of the frame; the GOAWAY follows it.
+    conn.write_all(&data[13..]).await.unwrap();
+    assert_eq!(read_n(&mut conn, data.len() - 13).await, &data[13..]);
+    let debug = b"pdp-node-front: a newer PDP instance serves";
+    let goaway = read_n(&mut conn, 17 + debug.len()).await;
+    assert_eq!(&goaway[..3], &((8 + debug.len()) as u32).to_be_bytes()[1..]);
+    assert_eq!(&goaway[3..9], &[0x7, 0, 0, 0, 0, 0], "a GOAWAY on stream 0");
+    assert_eq!(
+        &goaway[9..17],
+        &[0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0],
+        "last stream 2^31-1, NO_ERROR"
+    );
+    assert_eq!(&goaway[17..], debug);
+    // Still open and still served by the old instance: a call the client had under way is answered.
+    let more = h2_frame(0x1, 0x4, b"late call");
+    conn.write_all(&more).await.unwrap();
+    assert_eq!(read_n(&mut conn, more.len()).await, more);
+    // New connections go to the new instance.
+    let mut fresh = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
+    fresh.write_all(H2_PREFACE).await.unwrap();
+    read_n(&mut fresh, SETTINGS.len()).await;
+    let stats = front.stats();
+    assert_eq!(stats.instances["old"].moved, 1);
+    assert_eq!(stats.instances["old"].forwarded, 1);
+    assert_eq!(stats.instances["new"].forwarded, 1);
+    // A header block left open (HEADERS without END_HEADERS) holds the next GOAWAY back until it ends.
+    fresh.write_all(&h2_frame(0x1, 0, b"hea")).await.unwrap();
+    read_n(&mut fresh, 12).await;
+    tokio::time::sleep(APART).await;
+    let _newer = start_raw_h2(&dir.instances(), "newer.sock");
+    assert_nothing_for(&mut fresh, Duration::from_millis(500)).await;
+    let end = h2_frame(0x9, 0x4, b"ders");
+    fresh.write_all(&end).await.unwrap();
+    assert_eq!(read_n(&mut fresh, end.len()).await, end);
+    assert_eq!(read_n(&mut fresh, 17 + debug.len()).await, goaway);
+    drop((conn, fresh));
+    front.shutdown().await;
+}
+
+/// A fake HTTP/2 PDP instance (the h2 crate's server): answers every request with its tag.
+fn start_h2_server(dir: &Path, file: &str, tag: &'static str) -> JoinHandle<()> {
+    let listener = bind_instance(dir, file);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(stream).await else {
+                    return;
+                };
+                while let Some(Ok((_request, mut respond))) = conn.accept().await {
+                    if let Ok(mut body) = respond.send_response(hyper::Response::new(()), false) {
+                        let _ =
+                            body.send_data(hyper::body::Bytes::from_static(tag.as_bytes()), true);
+                    }
+                }
+            });
+        }
+    })
+}
+
+/// A fake HTTP/1.1 PDP instance: answers every request (head, and a body of its Content-Length) with its tag,
+/// keeping the connection open.
+fn start_h1_server(dir: &Path, file: &str, tag: &'static str) -> JoinHandle<()> {
+    let listener = bind_instance(dir, file);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let mut read = BufReader::new(read);
+                loop {
+                    let mut length = 0;
+                    loop {
+                        let mut line = String::new();
+                        if read.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if tokio::io::AsyncReadExt::read_exact(&mut read, &mut body)
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{tag}",
+                        tag.len()
+                    );
+                    if write.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    })
+}
+
+/// An instance socket with the mode the front accepts.
+fn bind_instance(dir: &Path, file: &str) -> UnixListener {
+    let path = dir.join(file);
+    let listener = UnixListener::bind(&path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o750)).unwrap();
+    listener
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_connection_gets_connection_close_in_its_next_answer_and_an_idle_one_is_closed_later()
+ {
+    let dir = TempDir::new("h1-close");
+    let front = moving_front(&dir).await;
+    let _old = start_h1_server(&dir.instances(), "old.sock", "old");
+    let request = b"POST /api/check/resources HTTP/1.1\r\nHost: pdp\r\nContent-Length: 2\r\n\r\n{}";
+    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nold";
+    let mut busy = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
+    let mut idle = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
+    for conn in [&mut busy, &mut idle] {
+        conn.write_all(request).await.unwrap();
+        assert_eq!(read_n(conn, answer.len()).await, answer);
+    }
+    let answered = Instant::now();
+    tokio::time::sleep(APART).await;
+    let _new = start_h1_server(&dir.instances(), "new.sock", "new");
+    // Neither is closed at once: a close could cross a request sent at that instant.
+    assert_nothing_for(&mut busy, Duration::from_millis(300)).await;
+    // The next answer tells the client to close; the old instance still gives it.
+    busy.write_all(request).await.unwrap();
+    let told = b"HTTP/1.1 200 OK\r\nConnection: close\r\ncontent-length: 3\r\n\r\nold";
+    assert_eq!(read_n(&mut busy, told.len()).await, told);
+    // A connection with no call after the move is closed at a pause of a second after its last answer.
+    assert_closed_soon(&mut idle).await;
+    let closed_after = answered.elapsed();
+    assert!(
+        closed_after >= Duration::from_secs(1),
+        "closed after {closed_after:?}"
+    );
+    let stats = front.stats();
+    assert_eq!(stats.instances["old"].moved, 2);
+    assert_eq!(stats.instances["old"].errors, 0);
+    let mut fresh = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
+    fresh.write_all(request).await.unwrap();
+    assert_eq!(
+        read_n(&mut fresh, answer.len()).await,
+        b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nnew"
+    );
+    drop((busy, fresh));
+    front.shutdown().await;
+}
+
+/// The flake this guards against: a connection closed while quiet after an answer (how the front moved every
+/// connection before it told clients to go) can cross a call the client is sending at that instant, which then
+/// fails. Here the client pauses 8-14 ms between calls, around the front's 10 ms pause, while the instance is
+/// replaced again and again; a call the client could not start (its connection had gone away) is retried on a
+/// new connection, as Go's and gRPC's clients do; a call that was sent and failed is a failure.
+async fn calls_racing_the_moves_of_their_connection(h2: bool) {
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    enum Send {
+        H1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+        H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+    }
+    let dir = TempDir::new(if h2 { "h2-moves" } else { "h1-moves" });
+    let front = Arc::new(
+        proxy::start(NodeProxyFlags {
+            rebalance_interval: Duration::from_millis(5),
+            ..flags(&dir)
+        })
+        .await
+        .unwrap(),
+    );
+    let start = if h2 { start_h2_server } else { start_h1_server };
+    let mut instances = vec![start(&dir.instances(), "pdp-00.sock", "pdp-00")];
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = {
+        let (front, stop) = (front.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut tags, mut failures, mut connections) = (Vec::new(), Vec::new(), 0);
+            let mut conn: Option<Send> = None;
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let open = match &conn {
+                    Some(Send::H1(s)) => !s.is_closed(),
+                    Some(Send::H2(s)) => !s.is_closed(),
+                    None => false,
+                };
+                if !open {
+                    let io = TokioIo::new(TcpStream::connect(front.tcp_addrs()[0]).await.unwrap());
+                    conn = Some(if h2 {
+                        let (send, driver) =
+                            hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                                .await
+                                .unwrap();
+                        tokio::spawn(driver);
+                        Send::H2(send)
+                    } else {
+                        let (send, driver) =
+                            hyper::client::conn::http1::handshake(io).await.unwrap();
+                        tokio::spawn(driver);
+                        Send::H1(send)
+                    });
+                    connections += 1;
+                }
+                let request = hyper::Request::post("http://pdp/check")
+                    .header("host", "pdp")
+                    .body(Full::new(Bytes::from_static(b"{}")))
+                    .unwrap();
+                let sent = match conn.as_mut().unwrap() {
+                    Send::H1(s) => match s.ready().await {
+                        Ok(()) => Some(s.try_send_request(request).await),
+                        Err(_) => None,
+                    },
+                    Send::H2(s) => match s.ready().await {
+                        Ok(()) => Some(s.try_send_request(request).await),
+                        Err(_) => None,
+                    },
+                };
+                match sent {
+                    Some(Ok(response)) => match response.into_body().collect().await {
+                        Ok(body) => {
+                            tags.push(String::from_utf8_lossy(&body.to_bytes()).into_owned())
+                        }
+                        Err(e) => failures.push(format!("call {i}: body: {e}")),
+                    },
+                    Some(Err(mut e)) => {
+                        // Never sent: the connection was going away before the call started.
+                        if e.take_message().is_some() {
+                            conn = None;
+                            continue;
+                        }
+                        failures.push(format!("call {i}: {}", e.error()));
+                    }
+                    None => {
+                        conn = None;
+                        continue;
+                    }
+                }
+                i += 1;
+                tokio::time::sleep(Duration::from_micros(8_000 + (i * 7_919) % 6_000)).await;
+            }
+            (tags, failures, connections)
+        })
+    };
+    for n in 1..=12 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let name: &'static str = format!("pdp-{n:02}").leak();
+        instances.push(start(&dir.instances(), &format!("{name}.sock"), name));
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (tags, failures, connections) = client.await.unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} failed of {}: {failures:?}",
+        failures.len(),
+        tags.len() + failures.len()
+    );
+    assert!(tags.len() > 50, "too few calls to tell: {}", tags.len());
+    assert!(
+        tags.windows(2).all(|w| w[0] <= w[1]),
+        "an older instance answered after a newer one"
+    );
+    let stats = front.stats();
+    let moved: u64 = stats.instances.values().map(|c| c.moved).sum();
+    assert!(
+        moved >= 6,
+        "the connection moved {moved} times of 12: {stats:?}"
+    );
+    assert!(
+        connections as u64 > moved,
+        "{connections} connections, {moved} moves"
+    );
+    println!(
+        "{}: {} calls over {connections} connections, {moved} moves, none failed",
+        if h2 { "HTTP/2" } else { "HTTP/1.1" },
+        tags.len()
+    );
+    for task in instances {
+        task.abort();
+    }
+    Arc::into_inner(front).unwrap().shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_calls_racing_the_moves_of_their_connection_never_fail() {
+    calls_racing_the_moves_of_their_connection(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_calls_racing_the_moves_of_their_connection_never_fail() {
+    calls_racing_the_moves_of_their_connection(false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -100,12 +100,13 @@ pub struct NodeProxyFlags {
     /// clients that hold a connection and never use it lose it.
     #[arg(long, env = "PDP_NODE_PROXY_IDLE_TIMEOUT", default_value = "15m", value_parser = duration_flag)]
     pub idle_timeout: Duration,
-    /// A connection older than this is closed at its next pause between two exchanges (as a gRPC server's
-    /// MaxConnectionAge does with GOAWAY): no client holds a place for ever; clients reconnect at once.
+    /// A connection older than this is told to go, as a moved one is (a GOAWAY to a gRPC client, as a gRPC
+    /// server's MaxConnectionAge does; `Connection: close` in an HTTP/1.1 answer): no client holds a place for
+    /// ever; clients reconnect at once.
     #[arg(long, env = "PDP_NODE_PROXY_MAX_CONNECTION_AGE", default_value = "1h", value_parser = duration_flag)]
     pub max_connection_age: Duration,
-    /// How often the front looks for a newer PDP instance and moves idle connections to it (see "Moving
-    /// connections" in the module docs); 0s never moves a connection (it stays until either side closes it).
+    /// How often the front looks for a newer PDP instance and moves connections to it (see "Moving connections"
+    /// in docs/deployment-models.md); 0s never moves a connection (it stays until either side closes it).
     #[arg(long, env = "PDP_NODE_PROXY_REBALANCE_INTERVAL", default_value = "250ms", value_parser = duration_flag)]
     pub rebalance_interval: Duration,
     /// How often the counters are logged, when they changed; 0s never.

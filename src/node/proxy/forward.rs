@@ -1,14 +1,15 @@
-//! One client connection: waiting for an instance, copying bytes both ways, closing it when idle, old, or
-//! when a newer instance serves.
+//! One client connection: waiting for an instance, copying bytes both ways, telling its client to go (or closing
+//! it) when it is old or a newer instance serves, closing it when idle.
 
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use super::graceful::{self, Frames, Wire};
 use super::instances::*;
 use super::stats::*;
 use super::*;
@@ -75,10 +76,33 @@ pub(super) async fn serve<S>(
         debug!(route = route.kind, peer, instance = name, "forwarding");
     }
     let activity = &slot.conn.activity;
+    let wire = Wire::new();
+    // Set (with the reason) when the connection is to go: the copy to the client then tells an HTTP/2 client
+    // with a GOAWAY at the instance's next frame boundary, an HTTP/1.1 client with `Connection: close` in
+    // the next answer.
+    let (to_tell, told) = watch::channel(None::<&'static str>);
+    let tell = |why: &'static str| {
+        to_tell.send_replace(Some(why));
+    };
     let (client_r, client_w) = tokio::io::split(client);
     let (backend_r, backend_w) = backend.into_split();
-    let up = pipe(Tracked::new(client_r, Activity::UP, activity), backend_w);
-    let down = pipe(Tracked::new(backend_r, Activity::DOWN, activity), client_w);
+    let up = pipe(
+        Tracked::new(client_r, Activity::UP, activity).watching(&wire),
+        backend_w,
+    );
+    // What telling the client counts as: a connection told to go is moved (or aged) then, whoever closes it.
+    let count_told = |why: &'static str| match why {
+        graceful::MOVED => shared.instance(&name, |c| c.moved += 1),
+        graceful::AGED => shared.count(|s| s.aged_closed += 1),
+        _ => {}
+    };
+    let down = pipe_down(
+        Tracked::new(backend_r, Activity::DOWN, activity),
+        client_w,
+        &wire,
+        told,
+        &count_told,
+    );
     let newest = route.newest.subscribe();
     // `biased`: the copy is polled first at every wake, so bytes a client has just sent are read (and marked
     // in `activity`) before a move or an age limit may close the connection between two exchanges.
@@ -95,7 +119,13 @@ pub(super) async fn serve<S>(
             let ended = idle_or_aged(activity, shared.idle_timeout, shared.max_age).await;
             match ended {
                 Ended::Idle => shared.count(|s| s.idle_closed += 1),
-                Ended::Aged => shared.count(|s| s.aged_closed += 1),
+                Ended::Aged => {
+                    leave(&wire, activity, &tell, graceful::AGED).await;
+                    if !wire.was_told() {
+                        shared.count(|s| s.aged_closed += 1);
+                    }
+                    linger(&wire, activity).await;
+                }
             }
             ended
         } => {
@@ -103,14 +133,21 @@ pub(super) async fn serve<S>(
             return;
         }
         _ = async {
-            until_moved(&name, newest, activity).await;
-            shared.instance(&name, |c| c.moved += 1);
+            until_moved(&name, newest).await;
+            leave(&wire, activity, &tell, graceful::MOVED).await;
+            if !wire.was_told() {
+                shared.instance(&name, |c| c.moved += 1);
+            }
+            linger(&wire, activity).await;
         } => {
-            debug!(route = route.kind, peer, instance = name, "moved: closed between two exchanges, a newer instance serves");
+            debug!(route = route.kind, peer, instance = name, told = wire.was_told(), "moved: a newer instance serves");
             return;
         }
         _ = async {
             // `wait_for` errs only when the phase's sender is gone, which is the end of the drain too.
+            if phase.wait_for(|p| *p != Phase::Serving).await.is_ok() {
+                tell(graceful::DRAINING);
+            }
             let _ = phase.wait_for(|p| *p == Phase::Stopped).await;
             shared.count(|s| s.cut_at_drain += 1);
         } => {
@@ -147,6 +184,146 @@ where
     Ok(n)
 }
 
+/// Copies the instance's bytes to the client until end of stream, like [`pipe`]; once told that the connection
+/// is to go, tells the client: an HTTP/2 client with a GOAWAY between two of the instance's frames, an HTTP/1.1
+/// client with `Connection: close` in the next answer (see [`graceful`]).
+async fn pipe_down<R, W>(
+    mut from: R,
+    mut to: W,
+    wire: &Wire,
+    mut told: watch::Receiver<Option<&'static str>>,
+    count_told: &impl Fn(&'static str),
+) -> io::Result<u64>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; COPY_BUFFER];
+    let mut frames = Frames::default();
+    let mut copied = 0u64;
+    let (mut why, mut listening) = (None, true);
+    loop {
+        if let Some(why) = why
+            && wire.is_h2()
+            && !wire.was_told()
+            && frames.between()
+        {
+            wire.mark_told();
+            count_told(why);
+            to.write_all(&graceful::goaway(why)).await?;
+            to.flush().await?;
+        }
+        tokio::select! {
+            biased;
+            read = from.read(&mut buf) => {
+                let n = read?;
+                if n == 0 {
+                    break;
+                }
+                let chunk = &buf[..n];
+                let asked = wire.take_asked();
+                // Until the client's first bytes tell, the instance's may be HTTP/2 frames (a server may send
+                // its SETTINGS first).
+                if !wire.is_h1() && !wire.is_other() {
+                    frames.advance(chunk);
+                }
+                let close_at = (why.is_some() && asked && wire.is_h1() && !wire.was_told())
+                    .then(|| graceful::after_status_line(chunk))
+                    .flatten();
+                match close_at {
+                    Some(at) => {
+                        wire.mark_told();
+                        count_told(why.unwrap_or_default());
+                        to.write_all(&chunk[..at]).await?;
+                        to.write_all(graceful::CONNECTION_CLOSE).await?;
+                        to.write_all(&chunk[at..]).await?;
+                    }
+                    None => to.write_all(chunk).await?,
+                }
+                to.flush().await?;
+                copied += n as u64;
+            }
+            // The value is copied out of the channel's guard at once: its lock is not held across a write.
+            told = async { told.wait_for(Option::is_some).await.ok().and_then(|why| *why) },
+                if listening && why.is_none() => {
+                why = told;
+                listening = told.is_some();
+            }
+        }
+    }
+    to.shutdown().await?;
+    Ok(copied)
+}
+
+/// Resolves once no byte has gone either way for `quiet`.
+async fn quiet_for(activity: &Activity, quiet: Duration) {
+    loop {
+        let now = activity.quiet();
+        if now >= quiet {
+            return;
+        }
+        tokio::time::sleep(quiet - now).await;
+    }
+}
+
+/// Tells the connection's client that it is to go, and resolves when it is gone for the front, which closes it
+/// (after [`linger`]):
+/// - once the client was told (a GOAWAY, or an answer with `Connection: close`);
+/// - an HTTP/1.1 connection with no call to answer: at a pause of [`H1_IDLE_PAUSE`] after an answer;
+/// - a connection that speaks neither HTTP/2 nor HTTP/1.1: at its next pause between two exchanges
+///   ([`MOVE_QUIET`] after an answer), as a server closes an idle keep-alive connection.
+///
+/// Until the client's first bytes tell its protocol, it may be an HTTP/2 client about to send its preface, and
+/// it is not closed.
+async fn leave(wire: &Wire, activity: &Activity, tell: &impl Fn(&'static str), why: &'static str) {
+    tell(why);
+    let mut nap = MOVE_QUIET;
+    loop {
+        if wire.was_told() {
+            return;
+        }
+        let pause = if wire.is_h1() {
+            Some(H1_IDLE_PAUSE)
+        } else if wire.is_other() {
+            Some(MOVE_QUIET)
+        } else {
+            None
+        };
+        match (pause, activity.quiet_after_answer()) {
+            (Some(pause), Some(quiet)) if quiet >= pause => {
+                if still_between_exchanges(activity, pause).await {
+                    return;
+                }
+            }
+            (Some(pause), Some(quiet)) => tokio::time::sleep(pause - quiet).await,
+            // No answer yet, a request under way, or a client that has not said what it speaks: looked at
+            // again, less and less often (a telling answer, or the GOAWAY, comes in the meantime).
+            _ => {
+                tokio::time::sleep(nap).await;
+                nap = (nap * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// After [`leave`]: a connection whose client was told to go is closed once it has been quiet for [`TOLD_LINGER`]
+/// (the client sends no new call on it, and most clients close it themselves first); any other at once.
+async fn linger(wire: &Wire, activity: &Activity) {
+    if wire.was_told() {
+        quiet_for(activity, TOLD_LINGER).await;
+    }
+}
+
+/// How long a connection whose client was told to go may stay quiet before the front closes it: only a client
+/// that ignores what it was told, or a call with no byte for this long, is left when it is closed.
+const TOLD_LINGER: Duration = Duration::from_secs(10);
+
+/// How long an HTTP/1.1 connection that is to go, with no call since, must have been quiet after its last answer
+/// before the front closes it: an active client gets `Connection: close` in an answer before that, which
+/// fails nothing; a close, even at a pause, can cross a request sent at that instant, and a client that calls
+/// less often than this rarely sends one then.
+const H1_IDLE_PAUSE: Duration = Duration::from_secs(1);
+
 /// Why a connection was closed by its own clock.
 #[derive(Debug)]
 pub(super) enum Ended {
@@ -156,7 +333,8 @@ pub(super) enum Ended {
     Aged,
 }
 
-/// Resolves when the connection has been quiet for `idle`, or is older than `max_age` and between two exchanges.
+/// Resolves when the connection has been quiet for `idle` (it is then closed), or is older than `max_age` (it
+/// then leaves as a moved one does, see [`leave`]).
 pub(super) async fn idle_or_aged(activity: &Activity, idle: Duration, max_age: Duration) -> Ended {
     loop {
         let quiet = activity.quiet();
@@ -164,17 +342,10 @@ pub(super) async fn idle_or_aged(activity: &Activity, idle: Duration, max_age: D
             return Ended::Idle;
         }
         let age = activity.age();
-        let nap = if age >= max_age {
-            match activity.quiet_after_answer() {
-                Some(q) if q >= MOVE_QUIET && still_between_exchanges(activity).await => {
-                    return Ended::Aged;
-                }
-                _ => MOVE_QUIET,
-            }
-        } else {
-            (idle - quiet).min(max_age - age)
-        };
-        tokio::time::sleep(nap).await;
+        if age >= max_age {
+            return Ended::Aged;
+        }
+        tokio::time::sleep((idle - quiet).min(max_age - age)).await;
     }
 }
 
@@ -184,11 +355,11 @@ pub(super) async fn idle_or_aged(activity: &Activity, idle: Duration, max_age: D
 /// (biased) copy read what arrived, which marks the activity; only a connection still quiet after an answer is
 /// closed. What is left is the instant between that read and the close: a close crossing a request on the
 /// wire, which no server that closes idle keep-alive connections avoids.
-async fn still_between_exchanges(activity: &Activity) -> bool {
+async fn still_between_exchanges(activity: &Activity, pause: Duration) -> bool {
     tokio::task::yield_now().await;
     activity
         .quiet_after_answer()
-        .is_some_and(|quiet| quiet >= MOVE_QUIET)
+        .is_some_and(|quiet| quiet >= pause)
 }
 
 /// A reader that records in [`Activity`] when it returned bytes.
@@ -196,6 +367,8 @@ pub(super) struct Tracked<'a, R> {
     inner: R,
     dir: u8,
     activity: &'a Activity,
+    /// Shown the client's bytes, to tell its protocol and its requests.
+    wire: Option<&'a Wire>,
 }
 
 impl<'a, R> Tracked<'a, R> {
@@ -204,6 +377,14 @@ impl<'a, R> Tracked<'a, R> {
             inner,
             dir,
             activity,
+            wire: None,
+        }
+    }
+
+    fn watching(self, wire: &'a Wire) -> Self {
+        Self {
+            wire: Some(wire),
+            ..self
         }
     }
 }
@@ -218,6 +399,9 @@ impl<R: AsyncRead + Unpin> AsyncRead for Tracked<'_, R> {
         let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
             self.activity.mark(self.dir);
+            if let Some(wire) = self.wire {
+                wire.client_sent(&buf.filled()[before..]);
+            }
         }
         polled
     }
@@ -228,42 +412,27 @@ impl<R: AsyncRead + Unpin> AsyncRead for Tracked<'_, R> {
 /// expect; closing in the middle of an exchange would fail it.
 pub(super) const MOVE_QUIET: Duration = crate::node::slots::QUIET;
 
-/// Resolves when this connection should be closed so that its client reconnects to a newer instance: a newer
-/// instance accepts connections, and the connection is between two exchanges. Never resolves otherwise.
+/// Resolves when a newer instance than this connection's accepts connections: the connection is then to go
+/// (see [`leave`]), so that its client reconnects to the newest.
 ///
 /// Why: a terminating instance may fail requests on connections it still has. Cerbos stops its gRPC server
 /// before its HTTP server, and its HTTP API calls its own gRPC listener, so an HTTP/1.1 keep-alive connection
-/// to a terminating Cerbos gets 503s until it is closed; HTTP/1.1 has no GOAWAY to move it. Moving idle
-/// connections as soon as the new instance serves (long before the old one is stopped) leaves it nothing to
-/// fail. HTTP/2 connections (gRPC) rarely pause after an answer (the client acknowledges data with
-/// WINDOW_UPDATE); they move on the instance's GOAWAY instead.
+/// to a terminating Cerbos gets 503s until it is closed. Moving connections as soon as the new instance serves
+/// (long before the old one is stopped) leaves it nothing to fail.
 ///
 /// Only a change announced after the connection was forwarded counts (`newest` is subscribed then): a
 /// connection that went to an instance newer than the tracker knew of yet is not moved back and forth.
-pub(super) async fn until_moved(
-    name: &str,
-    mut newest: watch::Receiver<Option<String>>,
-    activity: &Activity,
-) {
-    let elsewhere = |n: &Option<String>| n.as_deref().is_some_and(|n| n != name);
+pub(super) async fn until_moved(name: &str, mut newest: watch::Receiver<Option<String>>) {
     loop {
         if newest.changed().await.is_err() {
             return std::future::pending().await;
         }
-        if !elsewhere(&newest.borrow_and_update()) {
-            continue;
-        }
-        loop {
-            match activity.quiet_after_answer() {
-                Some(quiet) if quiet >= MOVE_QUIET && still_between_exchanges(activity).await => {
-                    return;
-                }
-                Some(quiet) => tokio::time::sleep(MOVE_QUIET - quiet).await,
-                None => tokio::time::sleep(MOVE_QUIET).await,
-            }
-            if !elsewhere(&newest.borrow()) {
-                break;
-            }
+        if newest
+            .borrow_and_update()
+            .as_deref()
+            .is_some_and(|n| n != name)
+        {
+            return;
         }
     }
 }

@@ -11,11 +11,13 @@
 //!
 //! The files: [`flags`] (the command line and its checks), [`listen`] (binding the endpoints, accepting, the
 //! stable socket), [`instances`] (finding the PDP instances), [`forward`] (one connection, both ways, and when it
-//! moves), [`front_tls`] (TLS on the TCP path), [`stats`] (the counters).
+//! moves), [`graceful`] (telling a client to go without failing a call: HTTP/2 GOAWAY, HTTP/1.1
+//! `Connection: close`), [`front_tls`] (TLS on the TCP path), [`stats`] (the counters).
 
 mod flags;
 mod forward;
 mod front_tls;
+mod graceful;
 mod instances;
 mod listen;
 mod stats;
