@@ -920,6 +920,15 @@ async fn a_socket_that_another_process_took_over_is_not_removed() {
     assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode);
 }
 
+/// Asserts that a drain ends within 3 s of its connections closing, with none cut.
+async fn assert_drained_with_nothing_cut(drained: JoinHandle<proxy::Drained>) {
+    let drained = tokio::time::timeout(Duration::from_secs(3), drained)
+        .await
+        .expect("drain did not end when the connections closed")
+        .unwrap();
+    assert_eq!(drained.cut, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_accepting_and_lets_open_connections_finish() {
     let dir = TempDir::new("drain");
@@ -939,11 +948,41 @@ async fn shutdown_stops_accepting_and_lets_open_connections_finish() {
     assert_eq!(ask_on(&mut over_socket, "2").await.unwrap(), "a:2");
     drop(over_tcp);
     drop(over_socket);
-    let drained = tokio::time::timeout(Duration::from_secs(3), drained)
-        .await
-        .expect("drain did not end when the connections closed")
-        .unwrap();
-    assert_eq!(drained.cut, 0);
+    assert_drained_with_nothing_cut(drained).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_drain_http2_and_http1_clients_are_told_to_go_and_their_calls_still_answered() {
+    let dir = TempDir::new("drain-tell");
+    let _h2 = start_raw_h2(&dir.instances(), "pdp.grpc.sock");
+    let _h1 = start_h1_server(&dir.instances(), "pdp.http.sock", "h1");
+    let mut f = flags(&dir);
+    f.tcp_backend = ".grpc.sock".into();
+    f.socket_backend = ".http.sock".into();
+    let front = proxy::start(f).await.unwrap();
+    let mut grpc = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
+    grpc.write_all(H2_PREFACE).await.unwrap();
+    assert_eq!(read_n(&mut grpc, SETTINGS.len()).await, SETTINGS);
+    let mut http = UnixStream::connect(front.socket().unwrap()).await.unwrap();
+    let request = b"POST /api/check/resources HTTP/1.1\r\nHost: pdp\r\nContent-Length: 2\r\n\r\n{}";
+    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nh1";
+    http.write_all(request).await.unwrap();
+    assert_eq!(read_n(&mut http, answer.len()).await, answer);
+
+    let drained = tokio::spawn(front.shutdown());
+    let debug = b"pdp-node-front: draining";
+    let goaway = read_n(&mut grpc, 17 + debug.len()).await;
+    assert_eq!((goaway[3], &goaway[17..]), (0x7, &debug[..]));
+    // A call the client had under way is still answered (echoed by the fake instance).
+    let call = h2_frame(0x1, 0x5, b"call");
+    grpc.write_all(&call).await.unwrap();
+    assert_eq!(read_n(&mut grpc, call.len()).await, call);
+    http.write_all(request).await.unwrap();
+    let told = b"HTTP/1.1 200 OK\r\nConnection: close\r\ncontent-length: 2\r\n\r\nh1";
+    assert_eq!(read_n(&mut http, told.len()).await, told);
+    // The clients close, as told; the drain ends then, with nothing cut.
+    drop((grpc, http));
+    assert_drained_with_nothing_cut(drained).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
