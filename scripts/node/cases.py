@@ -902,7 +902,7 @@ def swap_failures(ns, pod, before, what, since, restarts):
         failed, checks = counted(before, after, p)
         expected = int(elapsed / 0.1)
         figure(f"  {what}: {p}: {failed} failed of {checks} checks in {elapsed:.1f}s (every 100 ms: "
-               f"{expected} at most, at least {expected // 2} required)")
+               f"about {expected}, at least {expected // 2} required)")
         if failed:
             bad.append(f"{p}: {failed} failed")
         if checks < expected // 2:
