@@ -405,8 +405,12 @@ async fn an_http2_connection_is_told_to_go_away_between_frames_and_keeps_being_s
     // A newer instance serves, but a frame written now would land inside the instance's frame: nothing yet,
     // and the connection is not closed either.
     assert_nothing_for(&mut conn, Duration::from_millis(500)).await;
-    // The rest of the frame; the GOAWAY follows it.
-    conn.write_all(&data[13..]).await.unwrap();
+    // The rest of the frame and a whole frame after it, in one write: the GOAWAY goes between the two, at the
+    // first gap, not at the end of what the front read.
+    let after = h2_frame(0x0, 0x0, b"next");
+    conn.write_all(&[&data[13..], after.as_slice()].concat())
+        .await
+        .unwrap();
     assert_eq!(read_n(&mut conn, data.len() - 13).await, &data[13..]);
     let debug = b"pdp-node-front: a newer PDP instance serves";
     let goaway = read_n(&mut conn, 17 + debug.len()).await;
@@ -418,6 +422,7 @@ async fn an_http2_connection_is_told_to_go_away_between_frames_and_keeps_being_s
         "last stream 2^31-1, NO_ERROR"
     );
     assert_eq!(&goaway[17..], debug);
+    assert_eq!(read_n(&mut conn, after.len()).await, after);
     // Still open and still served by the old instance: a call the client had under way is answered.
     let more = h2_frame(0x1, 0x4, b"late call");
     conn.write_all(&more).await.unwrap();
@@ -440,7 +445,21 @@ async fn an_http2_connection_is_told_to_go_away_between_frames_and_keeps_being_s
     fresh.write_all(&end).await.unwrap();
     assert_eq!(read_n(&mut fresh, end.len()).await, end);
     assert_eq!(read_n(&mut fresh, 17 + debug.len()).await, goaway);
-    drop((conn, fresh));
+
+    // An instance that sent a GOAWAY of its own (here echoed from the client): the front sends none after it,
+    // which could only raise the last stream id.
+    let mut third = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
+    third.write_all(H2_PREFACE).await.unwrap();
+    read_n(&mut third, SETTINGS.len()).await;
+    let own = [&b"\0\0\x08\x07\0\0\0\0\0\0\0\0\x05"[..], &[0, 0, 0, 0]].concat();
+    third.write_all(&own).await.unwrap();
+    assert_eq!(read_n(&mut third, own.len()).await, own);
+    tokio::time::sleep(APART).await;
+    let _newest = start_raw_h2(&dir.instances(), "newest.sock");
+    assert_nothing_for(&mut third, Duration::from_millis(500)).await;
+    // It still counts as moved: its client was told to go, by the instance.
+    assert_eq!(front.stats().instances["newer"].moved, 1);
+    drop((conn, fresh, third));
     front.shutdown().await;
 }
 
@@ -466,23 +485,7 @@ async fn past_the_age_limit_each_client_is_told_or_closed_between_exchanges() {
     // HTTP/1.1, calling every 20 ms (never pausing long enough to be closed instead): the first answer past the
     // limit carries Connection: close.
     let http = UnixStream::connect(front.socket().unwrap()).await.unwrap();
-    let http = tokio::spawn(async move {
-        let mut http = http;
-        let request =
-            b"POST /api/check/resources HTTP/1.1\r\nHost: pdp\r\nContent-Length: 2\r\n\r\n{}";
-        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nh1";
-        let told = b"HTTP/1.1 200 OK\r\nConnection: close\r\ncontent-length: 2\r\n\r\nh1";
-        loop {
-            http.write_all(request).await.unwrap();
-            let got = read_n(&mut http, answer.len()).await;
-            if got != answer {
-                let rest = read_n(&mut http, told.len() - answer.len()).await;
-                assert_eq!([got, rest].concat(), told);
-                return opened.elapsed();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    });
+    let http = tokio::spawn(call_until_told(http, opened));
 
     // HTTP/2: a GOAWAY once the connection is older than the limit; it stays open and served.
     let debug = b"pdp-node-front: max connection age";
@@ -492,7 +495,7 @@ async fn past_the_age_limit_each_client_is_told_or_closed_between_exchanges() {
     let call = h2_frame(0x1, 0x5, b"call");
     grpc.write_all(&call).await.unwrap();
     assert_eq!(read_n(&mut grpc, call.len()).await, call);
-    let told_after = http.await.unwrap();
+    let (_, told_after) = http.await.unwrap();
     assert!(told_after >= age, "told after {told_after:?}");
     assert_eq!(front.stats().aged_closed, 2);
     drop(grpc);
@@ -517,6 +520,24 @@ async fn past_the_age_limit_each_client_is_told_or_closed_between_exchanges() {
     );
     assert_eq!(front.stats().aged_closed, 1);
     front.shutdown().await;
+}
+
+/// An HTTP/1.1 client of [`start_h1_server`] calling every 20 ms (never pausing long enough to be closed at a
+/// pause) until an answer carries `Connection: close`; returns its connection and when that was, from `since`.
+async fn call_until_told(mut http: UnixStream, since: Instant) -> (UnixStream, Duration) {
+    let request = b"POST /api/check/resources HTTP/1.1\r\nHost: pdp\r\nContent-Length: 2\r\n\r\n{}";
+    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nh1";
+    let told = b"HTTP/1.1 200 OK\r\nConnection: close\r\ncontent-length: 2\r\n\r\nh1";
+    loop {
+        http.write_all(request).await.unwrap();
+        let got = read_n(&mut http, answer.len()).await;
+        if got != answer {
+            let rest = read_n(&mut http, told.len() - answer.len()).await;
+            assert_eq!([got, rest].concat(), told);
+            return (http, since.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A fake HTTP/2 PDP instance (the h2 crate's server): answers every request with its tag.
@@ -1050,11 +1071,17 @@ async fn at_the_drain_http2_and_http1_clients_are_told_to_go_and_their_calls_sti
     let mut grpc = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
     grpc.write_all(H2_PREFACE).await.unwrap();
     assert_eq!(read_n(&mut grpc, SETTINGS.len()).await, SETTINGS);
-    let mut http = UnixStream::connect(front.socket().unwrap()).await.unwrap();
+    // One HTTP/1.1 client calls every 20 ms (never pausing long enough to be closed instead); another calls
+    // once and then idles.
     let request = b"POST /api/check/resources HTTP/1.1\r\nHost: pdp\r\nContent-Length: 2\r\n\r\n{}";
     let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nh1";
-    http.write_all(request).await.unwrap();
-    assert_eq!(read_n(&mut http, answer.len()).await, answer);
+    let mut idle = UnixStream::connect(front.socket().unwrap()).await.unwrap();
+    idle.write_all(request).await.unwrap();
+    assert_eq!(read_n(&mut idle, answer.len()).await, answer);
+    let idle_answered = Instant::now();
+    let http = UnixStream::connect(front.socket().unwrap()).await.unwrap();
+    let http = tokio::spawn(call_until_told(http, Instant::now()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
 
     let drained = tokio::spawn(front.shutdown());
     let debug = b"pdp-node-front: draining";
@@ -1064,9 +1091,15 @@ async fn at_the_drain_http2_and_http1_clients_are_told_to_go_and_their_calls_sti
     let call = h2_frame(0x1, 0x5, b"call");
     grpc.write_all(&call).await.unwrap();
     assert_eq!(read_n(&mut grpc, call.len()).await, call);
-    http.write_all(request).await.unwrap();
-    let told = b"HTTP/1.1 200 OK\r\nConnection: close\r\ncontent-length: 2\r\n\r\nh1";
-    assert_eq!(read_n(&mut http, told.len()).await, told);
+    // The calling HTTP/1.1 client's next answer carries Connection: close.
+    let (http, _) = http.await.unwrap();
+    // The idle one gets no answer to carry it: the front closes it at a pause of a second after its answer.
+    assert_closed_soon(&mut idle).await;
+    let closed_after = idle_answered.elapsed();
+    assert!(
+        closed_after >= Duration::from_secs(1),
+        "closed after {closed_after:?}"
+    );
     // The clients close, as told; the drain ends then, with nothing cut.
     drop((grpc, http));
     assert_drained_with_nothing_cut(drained).await;

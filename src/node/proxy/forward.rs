@@ -120,7 +120,7 @@ pub(super) async fn serve<S>(
             match ended {
                 Ended::Idle => shared.count(|s| s.idle_closed += 1),
                 Ended::Aged => {
-                    leave(&wire, activity, &tell, graceful::AGED).await;
+                    leave(&wire, activity, &tell, graceful::AGED, shared.idle_timeout).await;
                     if !wire.was_told() {
                         shared.count(|s| s.aged_closed += 1);
                     }
@@ -134,7 +134,7 @@ pub(super) async fn serve<S>(
         }
         _ = async {
             until_moved(&name, newest).await;
-            leave(&wire, activity, &tell, graceful::MOVED).await;
+            leave(&wire, activity, &tell, graceful::MOVED, shared.idle_timeout).await;
             if !wire.was_told() {
                 shared.instance(&name, |c| c.moved += 1);
             }
@@ -143,15 +143,27 @@ pub(super) async fn serve<S>(
             debug!(route = route.kind, peer, instance = name, told = wire.was_told(), "moved: a newer instance serves");
             return;
         }
-        _ = async {
+        cut = async {
             // `wait_for` errs only when the phase's sender is gone, which is the end of the drain too.
             if phase.wait_for(|p| *p != Phase::Serving).await.is_ok() {
-                tell(graceful::DRAINING);
+                // An HTTP client is told to go and closed as a moved connection is, so that the drain need not
+                // last its bound; any other finishes what it does (a close at a pause could cross a call).
+                let gone = async {
+                    leave(&wire, activity, &tell, graceful::DRAINING, shared.idle_timeout).await;
+                    if wire.is_other() {
+                        std::future::pending::<()>().await;
+                    }
+                    linger(&wire, activity).await;
+                };
+                tokio::select! {
+                    _ = gone => return false,
+                    _ = phase.wait_for(|p| *p == Phase::Stopped) => {}
+                }
             }
-            let _ = phase.wait_for(|p| *p == Phase::Stopped).await;
             shared.count(|s| s.cut_at_drain += 1);
+            true
         } => {
-            debug!(route = route.kind, peer, instance = name, "closed at the end of the drain");
+            debug!(route = route.kind, peer, instance = name, cut, "closed in the drain");
             return;
         }
     };
@@ -206,12 +218,17 @@ where
         if let Some(why) = why
             && wire.is_h2()
             && !wire.was_told()
-            && frames.between()
         {
-            wire.mark_told();
-            count_told(why);
-            to.write_all(&graceful::goaway(why)).await?;
-            to.flush().await?;
+            if frames.went_away() {
+                // The instance told the client itself: it is told, and the front must not send another.
+                wire.mark_told();
+                count_told(why);
+            } else if frames.may_insert() {
+                wire.mark_told();
+                count_told(why);
+                to.write_all(&graceful::goaway(why)).await?;
+                to.flush().await?;
+            }
         }
         tokio::select! {
             biased;
@@ -222,20 +239,32 @@ where
                 }
                 let chunk = &buf[..n];
                 let asked = wire.take_asked();
-                // Until the client's first bytes tell, the instance's may be HTTP/2 frames (a server may send
-                // its SETTINGS first).
-                if !wire.is_h1() && !wire.is_other() {
-                    frames.advance(chunk);
-                }
-                let close_at = (why.is_some() && asked && wire.is_h1() && !wire.was_told())
-                    .then(|| graceful::after_status_line(chunk))
-                    .flatten();
-                match close_at {
-                    Some(at) => {
+                let telling = why.filter(|_| !wire.was_told());
+                // Where the front's words go in this read: a GOAWAY at the first gap between the instance's
+                // frames (a busy connection's reads rarely end at one), `Connection: close` after the status
+                // line of an answer.
+                let insert = if wire.is_h2() && telling.is_some() {
+                    frames.advance_to_gap(chunk).map(|at| (at, graceful::goaway(telling.unwrap_or_default())))
+                } else {
+                    // Until the client's first bytes tell, the instance's may be HTTP/2 frames (a server may
+                    // send its SETTINGS first).
+                    if !wire.is_h1() && !wire.is_other() {
+                        frames.advance(chunk);
+                    }
+                    (telling.is_some() && asked && wire.is_h1())
+                        .then(|| graceful::after_status_line(chunk))
+                        .flatten()
+                        .map(|at| (at, graceful::CONNECTION_CLOSE.to_vec()))
+                };
+                match insert {
+                    Some((at, words)) => {
                         wire.mark_told();
-                        count_told(why.unwrap_or_default());
+                        count_told(telling.unwrap_or_default());
                         to.write_all(&chunk[..at]).await?;
-                        to.write_all(graceful::CONNECTION_CLOSE).await?;
+                        to.write_all(&words).await?;
+                        if wire.is_h2() {
+                            frames.advance(&chunk[at..]);
+                        }
                         to.write_all(&chunk[at..]).await?;
                     }
                     None => to.write_all(chunk).await?,
@@ -255,17 +284,6 @@ where
     Ok(copied)
 }
 
-/// Resolves once no byte has gone either way for `quiet`.
-async fn quiet_for(activity: &Activity, quiet: Duration) {
-    loop {
-        let now = activity.quiet();
-        if now >= quiet {
-            return;
-        }
-        tokio::time::sleep(quiet - now).await;
-    }
-}
-
 /// Tells the connection's client that it is to go, and resolves when it is gone for the front, which closes it
 /// (after [`linger`]):
 /// - once the client was told (a GOAWAY, or an answer with `Connection: close`);
@@ -274,12 +292,18 @@ async fn quiet_for(activity: &Activity, quiet: Duration) {
 ///   ([`MOVE_QUIET`] after an answer), as a server closes an idle keep-alive connection.
 ///
 /// Until the client's first bytes tell its protocol, it may be an HTTP/2 client about to send its preface, and
-/// it is not closed.
-async fn leave(wire: &Wire, activity: &Activity, tell: &impl Fn(&'static str), why: &'static str) {
+/// it is not closed, unless it has been quiet for `idle` (--idle-timeout).
+async fn leave(
+    wire: &Wire,
+    activity: &Activity,
+    tell: &impl Fn(&'static str),
+    why: &'static str,
+    idle: Duration,
+) {
     tell(why);
     let mut nap = MOVE_QUIET;
     loop {
-        if wire.was_told() {
+        if wire.was_told() || activity.quiet() >= idle {
             return;
         }
         let pause = if wire.is_h1() {
@@ -307,12 +331,39 @@ async fn leave(wire: &Wire, activity: &Activity, tell: &impl Fn(&'static str), w
 }
 
 /// After [`leave`]: a connection whose client was told to go is closed once it has been quiet for [`TOLD_LINGER`]
-/// (the client sends no new call on it, and most clients close it themselves first); any other at once.
+/// (the client sends no new call on it, and most clients close it themselves first), or, if the client keeps
+/// using it, at its first pause between two exchanges after [`TOLD_GRACE`]; any other at once.
 async fn linger(wire: &Wire, activity: &Activity) {
-    if wire.was_told() {
-        quiet_for(activity, TOLD_LINGER).await;
+    if !wire.was_told() {
+        return;
+    }
+    let told = Instant::now();
+    loop {
+        let quiet = activity.quiet();
+        if quiet >= TOLD_LINGER {
+            return;
+        }
+        let graced = told.elapsed() >= TOLD_GRACE;
+        if graced
+            && activity
+                .quiet_after_answer()
+                .is_some_and(|q| q >= MOVE_QUIET)
+            && still_between_exchanges(activity, MOVE_QUIET).await
+        {
+            return;
+        }
+        let nap = if graced {
+            MOVE_QUIET
+        } else {
+            (TOLD_LINGER - quiet).min(TOLD_GRACE - told.elapsed())
+        };
+        tokio::time::sleep(nap).await;
     }
 }
+
+/// How long a client told to go may keep using its connection (one that ignores what it was told): then it is
+/// closed at a pause, as any connection is, so none stays on an old instance or past its age for ever.
+const TOLD_GRACE: Duration = Duration::from_secs(30);
 
 /// How long a connection whose client was told to go may stay quiet before the front closes it: only a client
 /// that ignores what it was told, or a call with no byte for this long, is left when it is closed.

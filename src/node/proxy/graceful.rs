@@ -103,10 +103,13 @@ const HEADERS: u8 = 0x1;
 const PUSH_PROMISE: u8 = 0x5;
 const CONTINUATION: u8 = 0x9;
 const END_HEADERS: u8 = 0x4;
+const GOAWAY: u8 = 0x7;
 
 /// Where the instance's HTTP/2 byte stream is, frame by frame: a frame may only be inserted between two frames,
 /// and not inside a header block (a HEADERS or PUSH_PROMISE without END_HEADERS must be followed by its
-/// CONTINUATION frames and nothing else).
+/// CONTINUATION frames and nothing else). Once the instance has sent a GOAWAY of its own, the front sends none:
+/// the last stream id of a later GOAWAY must not be higher (RFC 9113 section 6.8), and gRPC-Go closes the
+/// connection, calls under way included, when it is.
 #[derive(Debug, Default)]
 pub(super) struct Frames {
     header: [u8; HEADER],
@@ -117,37 +120,72 @@ pub(super) struct Frames {
     in_header_block: bool,
     /// A whole frame went by: the server's preface (its SETTINGS) is out, so a frame may follow.
     seen: bool,
+    /// The instance sent a GOAWAY.
+    went_away: bool,
 }
 
 impl Frames {
     /// Bytes the instance sent, in order.
     pub(super) fn advance(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
-            if self.left > 0 {
-                let k = bytes.len().min(self.left as usize);
-                self.left -= k as u32;
-                bytes = &bytes[k..];
-                continue;
-            }
-            let k = bytes.len().min(HEADER - self.have);
-            self.header[self.have..self.have + k].copy_from_slice(&bytes[..k]);
-            self.have += k;
-            bytes = &bytes[k..];
-            if self.have == HEADER {
-                let [a, b, c, kind, flags, ..] = self.header;
-                self.left = u32::from_be_bytes([0, a, b, c]);
-                if matches!(kind, HEADERS | PUSH_PROMISE | CONTINUATION) {
-                    self.in_header_block = flags & END_HEADERS == 0;
-                }
-                self.have = 0;
-                self.seen = true;
+            bytes = &bytes[self.step(bytes)..];
+        }
+    }
+
+    /// Like [`Frames::advance`], but stops at the first place in `bytes` where a frame may be inserted (see
+    /// [`Frames::may_insert`]) and returns its offset; the bytes after it are not advanced over. `None` when there
+    /// is none in `bytes` (all of them were advanced over).
+    pub(super) fn advance_to_gap(&mut self, bytes: &[u8]) -> Option<usize> {
+        let mut at = 0;
+        while at < bytes.len() {
+            at += self.step(&bytes[at..]);
+            if self.may_insert() {
+                return Some(at);
             }
         }
+        None
+    }
+
+    /// Advances over the rest of the current frame header, or of its payload, within `bytes`; returns how many
+    /// bytes that took (at least one, `bytes` being non-empty).
+    fn step(&mut self, bytes: &[u8]) -> usize {
+        if self.left > 0 {
+            let k = bytes.len().min(self.left as usize);
+            self.left -= k as u32;
+            return k;
+        }
+        let k = bytes.len().min(HEADER - self.have);
+        self.header[self.have..self.have + k].copy_from_slice(&bytes[..k]);
+        self.have += k;
+        if self.have == HEADER {
+            let [a, b, c, kind, flags, ..] = self.header;
+            self.left = u32::from_be_bytes([0, a, b, c]);
+            match kind {
+                HEADERS | PUSH_PROMISE | CONTINUATION => {
+                    self.in_header_block = flags & END_HEADERS == 0
+                }
+                GOAWAY => self.went_away = true,
+                _ => {}
+            }
+            self.have = 0;
+            self.seen = true;
+        }
+        k
     }
 
     /// Whether a frame written now lands between two of the instance's frames, outside a header block.
     pub(super) fn between(&self) -> bool {
         self.seen && self.have == 0 && self.left == 0 && !self.in_header_block
+    }
+
+    /// Whether the front's GOAWAY may be written now: between two frames, and the instance has sent none.
+    pub(super) fn may_insert(&self) -> bool {
+        self.between() && !self.went_away
+    }
+
+    /// The instance has told the client to go itself.
+    pub(super) fn went_away(&self) -> bool {
+        self.went_away
     }
 }
 
@@ -272,6 +310,26 @@ mod tests {
         // An empty frame (a SETTINGS ack) ends at its header.
         f.advance(&frame(0x4, 0x1, b""));
         assert!(f.between());
+    }
+
+    #[test]
+    fn the_first_gap_in_a_read_is_found_and_none_after_the_instances_own_goaway() {
+        let mut f = Frames::default();
+        let mut read = frame(0x4, 0, b"");
+        read.extend(frame(HEADERS, 0, b"ab"));
+        read.extend(frame(CONTINUATION, END_HEADERS, b"c"));
+        read.extend(frame(0x0, 0x1, b"body"));
+        // After the SETTINGS (9 bytes) comes the first gap; the header block is not one.
+        assert_eq!(f.advance_to_gap(&read), Some(9));
+        assert_eq!(f.advance_to_gap(&read[9..]), Some(11 + 10));
+        assert_eq!(f.advance_to_gap(&read[30..]), Some(13));
+        assert_eq!(f.advance_to_gap(&frame(0x0, 0, b"12345")[..11]), None);
+        assert_eq!(f.advance_to_gap(b"345"), Some(3));
+        // The instance's GOAWAY: no gap after it, ever.
+        let mut read = goaway("instance");
+        read.extend(frame(0x0, 0x1, b"more"));
+        assert_eq!(f.advance_to_gap(&read), None);
+        assert!(f.went_away() && f.between() && !f.may_insert());
     }
 
     #[test]
