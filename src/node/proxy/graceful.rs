@@ -10,7 +10,11 @@
 //!   shutdown does first, RFC 9113 section 6.8), so every stream the client opened before reading it is
 //!   answered by the instance it went to.
 //! - HTTP/1.1: `Connection: close` in an answer tells the client to send nothing more on the connection and
-//!   close it once the answer is read (RFC 9112 section 9.6). The front adds it to the next answer.
+//!   close it once the answer is read (RFC 9112 section 9.6). The front adds it to the next answer: the first
+//!   bytes the instance sends after the client sent some, if they start a final HTTP/1.1 status line. That
+//!   assumes one request at a time, as the clients of Go, gRPC, curl and browsers send them; a pipelining
+//!   client (several requests before the first answer) could get it in an answer after which it already sent
+//!   more, and must send those again, as RFC 9112 says a client must after any close.
 //!
 //! Either way the client's next call goes on a new connection, to the newest instance.
 
