@@ -136,12 +136,15 @@ impl ConnectionLimit {
     /// A connection dropped in its TLS handshake at shutdown is an `EOF` that the apiserver does not retry, and
     /// the Service's routing (kube-proxy) may keep sending new connections here for a while after the endpoints
     /// changed: stopping once they have stopped arriving, rather than after a fixed time, narrows that window
-    /// (a connection that arrives at the very last moment can still be cut).
+    /// (a connection that arrives at the very last moment can still be cut). With none arrived yet, the quiet
+    /// counts from when the server began accepting: one started a moment ago has not seen its routing stop.
     pub async fn wait_quiet(&self, quiet: Duration, at_most: Duration) -> Duration {
         let started = Instant::now();
         loop {
             let waited = started.elapsed();
-            let since = self.since_last_arrival().unwrap_or(Duration::MAX);
+            let since = self
+                .since_last_arrival()
+                .unwrap_or_else(|| self.arrivals.since.elapsed());
             if since >= quiet || waited >= at_most {
                 return waited;
             }
