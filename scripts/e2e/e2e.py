@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import traceback
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -407,9 +408,19 @@ class Harness:
         ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
         req = urllib.request.Request(f"https://127.0.0.1:{api_port}/api/v1/namespaces/default",
                                      headers={"Authorization": f"Bearer {admin_token}", "Accept": "application/yaml"})
+        # The namespace `default` is created by the apiserver's own bootstrap a moment after /readyz can pass
+        # (CI once got 404 here): a 404 is waited on, for up to 60 s.
+        deadline = time.monotonic() + 60
         try:
-            with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
-                body = r.read().decode()
+            while True:
+                try:
+                    with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+                        body = r.read().decode()
+                    break
+                except urllib.error.HTTPError as e:
+                    if e.code != 404 or time.monotonic() > deadline or not self.alive("kube-apiserver"):
+                        raise
+                    time.sleep(0.5)
             check("kind: Namespace" in body, f"unexpected YAML answer: {one_line(body, 200)}")
         except Exception as e:  # noqa: BLE001
             raise RuntimeError(f"kube-apiserver cannot encode YAML ({e}); alive: {self.alive('kube-apiserver')}: "
