@@ -313,12 +313,13 @@ async fn leave(
         } else {
             None
         };
+        if let Some(pause) = pause
+            && at_pause(activity, pause).await
+        {
+            return;
+        }
         match (pause, activity.quiet_after_answer()) {
-            (Some(pause), Some(quiet)) if quiet >= pause => {
-                if still_between_exchanges(activity, pause).await {
-                    return;
-                }
-            }
+            (Some(pause), Some(quiet)) if quiet >= pause => continue,
             (Some(pause), Some(quiet)) => tokio::time::sleep(pause - quiet).await,
             // No answer yet, a request under way, or a client that has not said what it speaks: looked at
             // again, less and less often (a telling answer, or the GOAWAY, comes in the meantime).
@@ -344,12 +345,7 @@ async fn linger(wire: &Wire, activity: &Activity) {
             return;
         }
         let graced = told.elapsed() >= TOLD_GRACE;
-        if graced
-            && activity
-                .quiet_after_answer()
-                .is_some_and(|q| q >= MOVE_QUIET)
-            && still_between_exchanges(activity, MOVE_QUIET).await
-        {
+        if graced && at_pause(activity, MOVE_QUIET).await {
             return;
         }
         let nap = if graced {
@@ -400,17 +396,23 @@ pub(super) async fn idle_or_aged(activity: &Activity, idle: Duration, max_age: D
     }
 }
 
-/// Whether the connection is still between two exchanges after the copy has had one more turn: a client's next
-/// request may be in the socket already, unread, and closing then would reset the connection (the kernel
-/// answers unread data with RST) and fail that request. `yield_now` lets the runtime poll its I/O driver and the
+/// Whether the connection has been quiet for `pause` after an answer, and still is after the copy has had one
+/// more turn: a client's next request may be in the socket already, unread, and closing then would reset the
+/// connection (the kernel answers unread data with RST) and fail that request. `yield_now` lets the runtime poll its I/O driver and the
 /// (biased) copy read what arrived, which marks the activity; only a connection still quiet after an answer is
 /// closed. What is left is the instant between that read and the close: a close crossing a request on the
 /// wire, which no server that closes idle keep-alive connections avoids.
-async fn still_between_exchanges(activity: &Activity, pause: Duration) -> bool {
+async fn at_pause(activity: &Activity, pause: Duration) -> bool {
+    let paused = || {
+        activity
+            .quiet_after_answer()
+            .is_some_and(|quiet| quiet >= pause)
+    };
+    if !paused() {
+        return false;
+    }
     tokio::task::yield_now().await;
-    activity
-        .quiet_after_answer()
-        .is_some_and(|quiet| quiet >= pause)
+    paused()
 }
 
 /// A reader that records in [`Activity`] when it returned bytes.
