@@ -314,7 +314,7 @@ fn main() {
         meta_end["elapsed_s"],
     ));
     report.line(
-        "server pinned to core 0, load generator (bench/src/bin/loadgen.rs, 1 thread) to core 1",
+        "server pinned to core 0, load generator (bench/src/bin/loadgen.rs, 1 thread, --spin: never sleeps) to core 1",
     );
     report.line(
         "figures are medians over rounds, leaving out runs disturbed by other work (> 0.25 cores) when an undisturbed one exists",
@@ -662,6 +662,16 @@ fn main() {
                 others.join(", ")
             ),
         );
+        // The measure of the runs before 2026-12-05, beside it: the client's wake-ups charged to the server.
+        let sleeping = report.ratio(case, "c8sleep");
+        if sleeping.is_some() {
+            report.line(format!(
+                "        {case} at c8 with a client that sleeps between answers: ours {} us vs floor {} us, {}x",
+                fmt(report.med("ours", case, "c8sleep", "/server/cpu_us_per_req"), 1),
+                fmt(report.med("floor", case, "c8sleep", "/server/cpu_us_per_req"), 1),
+                fmt(sleeping, 2)
+            ));
+        }
     }
     // What each extra KiB of an injected Pod costs at c8, ours against the floor's, between 2 and 22 KiB and
     // between 22 and 80 KiB: the fixed cost of a request apart.
