@@ -656,6 +656,68 @@ async fn an_http1_connection_gets_connection_close_in_its_next_answer_and_an_idl
     front.shutdown().await;
 }
 
+/// A client that was told to go (`Connection: close`) and ignores it, calling every 200 ms, is served by the old
+/// instance for the front's grace of 30 s and then closed in a pause between two calls: none stays on an old
+/// instance for ever, and none of its calls is cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_told_client_that_keeps_calling_is_closed_between_two_calls_after_its_grace() {
+    const GRACE: Duration = Duration::from_secs(30);
+    let dir = TempDir::new("h1-grace");
+    let front = moving_front(&dir).await;
+    let _old = start_h1_server(&dir.instances(), "old.sock", "old");
+    let request = b"POST /api/check/resources HTTP/1.1\r\nHost: pdp\r\nContent-Length: 2\r\n\r\n{}";
+    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nold";
+    let told = b"HTTP/1.1 200 OK\r\nConnection: close\r\ncontent-length: 3\r\n\r\nold";
+    let mut conn = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
+    conn.write_all(request).await.unwrap();
+    assert_eq!(read_n(&mut conn, answer.len()).await, answer);
+    tokio::time::sleep(APART).await;
+    let _new = start_h1_server(&dir.instances(), "new.sock", "new");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    conn.write_all(request).await.unwrap();
+    assert_eq!(read_n(&mut conn, told.len()).await, told);
+    let told_at = Instant::now();
+    let mut calls = 0;
+    let closed_after = loop {
+        // The pause between two calls, watching for the close; nothing else may arrive in it.
+        let mut buf = [0u8; 64];
+        match tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::io::AsyncReadExt::read(&mut conn, &mut buf),
+        )
+        .await
+        {
+            Err(_) => {}
+            Ok(Ok(0)) => break told_at.elapsed(),
+            Ok(read) => panic!(
+                "in a pause: {read:?} {:?}",
+                &buf[..*read.as_ref().unwrap_or(&0)]
+            ),
+        }
+        assert!(
+            told_at.elapsed() < GRACE + Duration::from_secs(5),
+            "still open {:?} after being told, {calls} calls later",
+            told_at.elapsed()
+        );
+        // Sent on a connection still open: it must be answered, by the old instance.
+        conn.write_all(request).await.unwrap();
+        assert_eq!(
+            read_n(&mut conn, answer.len()).await,
+            answer,
+            "call {calls}"
+        );
+        calls += 1;
+    };
+    assert!(
+        closed_after >= GRACE - Duration::from_millis(500),
+        "closed {closed_after:?} after being told"
+    );
+    assert!(calls >= 100, "{calls} calls in the grace");
+    let stats = front.stats();
+    assert_eq!(stats.instances["old"].errors, 0);
+    front.shutdown().await;
+}
+
 /// The flake this guards against: a connection closed while quiet after an answer (how the front moved every
 /// connection before it told clients to go) can cross a call the client is sending at that instant, which then
 /// fails. Here the client pauses 8-14 ms between calls, around the front's 10 ms pause, while the instance is
