@@ -525,7 +525,7 @@ async fn past_the_age_limit_each_client_is_told_or_closed_between_exchanges() {
 /// An HTTP/1.1 client of [`start_h1_server`] calling every 20 ms (never pausing long enough to be closed at a
 /// pause) until an answer carries `Connection: close`; returns its connection and when that was, from `since`.
 async fn call_until_told(mut http: UnixStream, since: Instant) -> (UnixStream, Duration) {
-    let request = b"POST /api/check/resources HTTP/1.1\r\nHost: pdp\r\nContent-Length: 2\r\n\r\n{}";
+    let request = H1_CALL;
     let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nh1";
     let told = b"HTTP/1.1 200 OK\r\nConnection: close\r\ncontent-length: 2\r\n\r\nh1";
     loop {
@@ -559,6 +559,10 @@ fn start_h2_server(dir: &Path, file: &str, tag: &'static str) -> JoinHandle<()> 
         }
     })
 }
+
+/// One HTTP/1.1 call, as the tests' clients send it to a [`start_h1_server`] instance through the front.
+const H1_CALL: &[u8] =
+    b"POST /api/check/resources HTTP/1.1\r\nHost: pdp\r\nContent-Length: 2\r\n\r\n{}";
 
 /// A fake HTTP/1.1 PDP instance: answers every request (head, and a body of its Content-Length) with its tag,
 /// keeping the connection open.
@@ -619,7 +623,7 @@ async fn an_http1_connection_gets_connection_close_in_its_next_answer_and_an_idl
     let dir = TempDir::new("h1-close");
     let front = moving_front(&dir).await;
     let _old = start_h1_server(&dir.instances(), "old.sock", "old");
-    let request = b"POST /api/check/resources HTTP/1.1\r\nHost: pdp\r\nContent-Length: 2\r\n\r\n{}";
+    let request = H1_CALL;
     let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nold";
     let mut busy = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
     let mut idle = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
@@ -665,7 +669,7 @@ async fn a_told_client_that_keeps_calling_is_closed_between_two_calls_after_its_
     let dir = TempDir::new("h1-grace");
     let front = moving_front(&dir).await;
     let _old = start_h1_server(&dir.instances(), "old.sock", "old");
-    let request = b"POST /api/check/resources HTTP/1.1\r\nHost: pdp\r\nContent-Length: 2\r\n\r\n{}";
+    let request = H1_CALL;
     let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nold";
     let told = b"HTTP/1.1 200 OK\r\nConnection: close\r\ncontent-length: 3\r\n\r\nold";
     let mut conn = TcpStream::connect(front.tcp_addrs()[0]).await.unwrap();
@@ -1135,7 +1139,7 @@ async fn at_the_drain_http2_and_http1_clients_are_told_to_go_and_their_calls_sti
     assert_eq!(read_n(&mut grpc, SETTINGS.len()).await, SETTINGS);
     // One HTTP/1.1 client calls every 20 ms (never pausing long enough to be closed instead); another calls
     // once and then idles.
-    let request = b"POST /api/check/resources HTTP/1.1\r\nHost: pdp\r\nContent-Length: 2\r\n\r\n{}";
+    let request = H1_CALL;
     let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nh1";
     let mut idle = UnixStream::connect(front.socket().unwrap()).await.unwrap();
     idle.write_all(request).await.unwrap();

@@ -319,8 +319,9 @@ async fn leave(
             return;
         }
         match (pause, activity.quiet_after_answer()) {
-            (Some(pause), Some(quiet)) if quiet >= pause => continue,
-            (Some(pause), Some(quiet)) => tokio::time::sleep(pause - quiet).await,
+            // Short of the pause: looked at again when it is reached (at once if it was reached since the look
+            // above).
+            (Some(pause), Some(quiet)) => tokio::time::sleep(pause.saturating_sub(quiet)).await,
             // No answer yet, a request under way, or a client that has not said what it speaks: looked at
             // again, less and less often (a telling answer, or the GOAWAY, comes in the meantime).
             _ => {
@@ -398,9 +399,9 @@ pub(super) async fn idle_or_aged(activity: &Activity, idle: Duration, max_age: D
 
 /// Whether the connection has been quiet for `pause` after an answer, and still is after the copy has had one
 /// more turn: a client's next request may be in the socket already, unread, and closing then would reset the
-/// connection (the kernel answers unread data with RST) and fail that request. `yield_now` lets the runtime poll its I/O driver and the
-/// (biased) copy read what arrived, which marks the activity; only a connection still quiet after an answer is
-/// closed. What is left is the instant between that read and the close: a close crossing a request on the
+/// connection (the kernel answers unread data with RST) and fail that request. `yield_now` lets the runtime poll
+/// its I/O driver and the (biased) copy read what arrived, which marks the activity; only a connection still
+/// quiet after an answer is closed. What is left is the instant between that read and the close: a close crossing a request on the
 /// wire, which no server that closes idle keep-alive connections avoids.
 async fn at_pause(activity: &Activity, pause: Duration) -> bool {
     let paused = || {
