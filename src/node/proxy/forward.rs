@@ -334,7 +334,7 @@ async fn leave(
 
 /// After [`leave`]: a connection whose client was told to go is closed once it has been quiet for [`TOLD_LINGER`]
 /// (the client sends no new call on it, and most clients close it themselves first), or, if the client keeps
-/// using it, at its first pause between two exchanges after [`TOLD_GRACE`]; any other at once.
+/// using it, at the pause right after one of its answers once [`TOLD_GRACE`] is over; any other at once.
 async fn linger(wire: &Wire, activity: &Activity) {
     if !wire.was_told() {
         return;
@@ -345,18 +345,30 @@ async fn linger(wire: &Wire, activity: &Activity) {
         if quiet >= TOLD_LINGER {
             return;
         }
-        let graced = told.elapsed() >= TOLD_GRACE;
-        if graced && at_pause(activity, MOVE_QUIET).await {
+        if told.elapsed() < TOLD_GRACE {
+            tokio::time::sleep((TOLD_LINGER - quiet).min(TOLD_GRACE - told.elapsed())).await;
+            continue;
+        }
+        // Only just after an answer: the grace ends at any point of a pause, and a client that calls every
+        // so often sends its next call at the end of one, where a close would cross it.
+        let after_answer = activity.quiet_after_answer();
+        if after_answer.is_some_and(|q| q < MOVE_QUIET + TOLD_CLOSE_SLACK)
+            && at_pause(activity, MOVE_QUIET).await
+        {
             return;
         }
-        let nap = if graced {
-            MOVE_QUIET
-        } else {
-            (TOLD_LINGER - quiet).min(TOLD_GRACE - told.elapsed())
-        };
-        tokio::time::sleep(nap).await;
+        tokio::time::sleep(match after_answer {
+            Some(q) if q < MOVE_QUIET => MOVE_QUIET - q,
+            // Past the moment: the next answer is waited for (or the linger).
+            _ => MOVE_QUIET,
+        })
+        .await;
     }
 }
+
+/// How late after [`MOVE_QUIET`] a told client's connection past its grace may still be closed: a runtime busy
+/// elsewhere wakes the front late, and a pause already this long is left for the next one.
+const TOLD_CLOSE_SLACK: Duration = Duration::from_millis(40);
 
 /// How long a client told to go may keep using its connection (one that ignores what it was told): then it is
 /// closed at a pause, as any connection is, so none stays on an old instance or past its age for ever.
