@@ -24,7 +24,7 @@
 #      cost per extra KiB against the floor's;
 #   3. a flood: 512 connections posting 80 KiB reviews closed-loop at `serve` (default --max-in-flight 256), and
 #      the same at the null handler (how much of the memory is the stack's);
-#   4. offline `inject` of a 20,000-document YAML stream (median of 3);
+#   4. offline `inject` of a 20,000-document YAML stream, on one core and on all (median of 3 each);
 # and prints the tables, the ratios ours/floor and pass/miss per target. Results: target/bench/results.jsonl (every
 # run), target/bench/summary.json (the medians and the verdicts), target/bench/report.txt (the printed report).
 # Only 127.0.0.1 is used; every process started here is killed on exit.
@@ -298,15 +298,21 @@ for kind in ours floor; do
 done
 
 # --- 4. offline inject -----------------------------------------------------------------------------------------
-step "offline: pdp-injector inject -f (20,000 documents), pinned to core 0"
+step "offline: pdp-injector inject -f (20,000 documents), pinned to core 0, then on every core"
+# Pinned, it runs in one thread (its CPU time, as the runs before measured it); unpinned, it shares the stream out
+# to one thread per CPU (what a user's machine sees).
+all_cpus="0-$(( $(nproc) - 1 ))"
 for i in $(seq 1 "$offline_runs"); do
-    wait_quiet
-    t0=$(date +%s%N)
-    taskset -c 0 "$bin" inject -f "$out/stream.yaml" > /dev/null 2> "$out/inject.stderr"
-    t1=$(date +%s%N)
-    summary_line="$(tail -1 "$out/inject.stderr")"
-    printf '{"kind":"offline","run":%s,"documents":20000,"seconds":%s,"summary":"%s"}\n' \
-        "$i" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", (b-a)/1e9}')" "$summary_line" >> "$results"
+    for cpus in 0 "$all_cpus"; do
+        wait_quiet
+        t0=$(date +%s%N)
+        taskset -c "$cpus" "$bin" inject -f "$out/stream.yaml" > /dev/null 2> "$out/inject.stderr"
+        t1=$(date +%s%N)
+        summary_line="$(tail -1 "$out/inject.stderr")"
+        printf '{"kind":"offline","run":%s,"cpus":%s,"documents":20000,"seconds":%s,"summary":"%s"}\n' \
+            "$i" "$(taskset -c "$cpus" nproc)" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", (b-a)/1e9}')" \
+            "$summary_line" >> "$results"
+    done
 done
 
 printf '{"kind":"meta_end","load_after":"%s","elapsed_s":%s,"waited_s":%s}\n' "$(cut -d' ' -f1-3 /proc/loadavg)" \

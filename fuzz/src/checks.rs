@@ -305,6 +305,7 @@ pub fn offline(data: &[u8]) {
         let options = offline::Options {
             mode,
             default_namespace: None,
+            workers: 1,
         };
         let Ok((out, _reports)) = offline::inject_stream(text, builtin(), &options) else {
             continue;

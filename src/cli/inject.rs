@@ -78,6 +78,8 @@ pub(crate) fn run(args: InjectArgs) -> anyhow::Result<()> {
         &offline::Options {
             mode: args.documents.mode,
             default_namespace: args.documents.default_namespace,
+            // As many as the CPUs this process may run on (its affinity and cgroup quota included).
+            workers: std::thread::available_parallelism().map_or(1, usize::from),
         },
     )?;
     // One line per Pod template: buffered, so a stream of thousands of documents is not a write per line.

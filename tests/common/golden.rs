@@ -27,6 +27,8 @@ pub fn flags(text: &str, base: &Path) -> Result<Flags, String> {
         options: Options {
             mode: None,
             default_namespace: Some("default".into()),
+            // As the command runs on two CPUs (the goldens are short: one run whatever the number).
+            workers: 2,
         },
         config: None,
         csi_driver: false,

@@ -20,6 +20,9 @@ pub struct Options {
     pub mode: Option<String>,
     /// Namespace of documents that name none.
     pub default_namespace: Option<String>,
+    /// Threads that parse, inject and write the documents of a long stream, each a run of them (0 or 1: the
+    /// caller's thread only). The output is the same for any number.
+    pub workers: usize,
 }
 
 /// What happened to one document.
@@ -334,9 +337,10 @@ pub fn inject_stream(
 /// dropped before the next, so a long stream is never held in memory as values (20,000 documents took 290 MB,
 /// and dropping them at the end a tenth of the time). The stream's Namespace documents are read first: only a
 /// piece whose text says `Namespace` can define one, or one with a backslash (a YAML escape could spell the
-/// word); those are kept until their turn. `None` when the stream is not cut, or a piece does not parse or is
-/// refused: the whole-stream path then reads it and gives its answer, so errors are found in the same order as
-/// before.
+/// word); those are kept until their turn. With `options.workers` above 1, a long stream's pieces are shared out
+/// as runs of about equal text, one per thread, and the runs' outputs joined in order. `None` when the stream is
+/// not cut, or a piece does not parse or is refused: the whole-stream path then reads it and gives its answer, so
+/// errors are found in the same order as before.
 fn inject_pieces(
     input: &str,
     config: &Config,
@@ -345,26 +349,109 @@ fn inject_pieces(
     let pieces = cut(input)?;
     let namespace = memchr::memmem::Finder::new("Namespace");
     let mut namespaces: HashMap<String, NamespaceInfo> = HashMap::new();
-    // The pieces the first pass read, kept for the second (`Some`), so that none is parsed twice.
-    let mut early: Vec<Option<Option<Document<'_>>>> = Vec::with_capacity(pieces.len());
+    // Each piece with what the first pass read of it (`Some`), so that none is parsed twice.
+    let mut work: Vec<(&Piece<'_>, Option<Option<Document<'_>>>)> =
+        Vec::with_capacity(pieces.len());
     for piece in &pieces {
         let text = piece.text.as_bytes();
-        early.push(
-            if namespace.find(text).is_some() || memchr::memchr(b'\\', text).is_some() {
-                let doc = read_piece(piece.text).ok()?;
-                if let Some(doc) = &doc {
-                    collect_namespaces(&doc.value, &mut namespaces);
-                }
-                Some(doc)
-            } else {
-                None
-            },
-        );
+        let early = if namespace.find(text).is_some() || memchr::memchr(b'\\', text).is_some() {
+            let doc = read_piece(piece.text).ok()?;
+            if let Some(doc) = &doc {
+                collect_namespaces(&doc.value, &mut namespaces);
+            }
+            Some(doc)
+        } else {
+            None
+        };
+        work.push((piece, early));
     }
+    let runs = share_out(work, |(p, _)| p.text.len(), input.len(), options.workers);
+    let inject_run = |run| inject_run(run, config, options, &namespaces);
+    let done: Vec<Option<Run>> = if runs.len() == 1 {
+        runs.into_iter().map(inject_run).collect()
+    } else {
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = runs
+                .into_iter()
+                .map(|run| scope.spawn(move || inject_run(run)))
+                .collect();
+            // A thread that panicked counts as a refusal: the whole-stream path then gives the answer.
+            threads
+                .into_iter()
+                .map(|t| t.join().ok().flatten())
+                .collect()
+        })
+    };
     let mut out = String::with_capacity(input.len() + input.len() / 4);
     let mut reports = Vec::with_capacity(pieces.len());
     let mut count = 0;
-    for (piece, early) in pieces.iter().zip(early) {
+    for run in done {
+        let mut run = run?;
+        out.push_str(&run.out);
+        if count > 0 {
+            // The run numbered its documents from 1: shift by those of the runs before.
+            for r in &mut run.reports {
+                r.index = renumber(&r.index, count);
+            }
+        }
+        reports.append(&mut run.reports);
+        count += run.documents;
+    }
+    Some((out, reports))
+}
+
+/// Streams shorter than this are injected in the caller's thread: a thread costs more than it saves there.
+const SHARE_FROM: usize = 256 * 1024;
+
+/// The pieces as `workers` runs of about equal text, in order; one run for a short stream or one worker.
+fn share_out<T>(
+    work: Vec<T>,
+    size: impl Fn(&T) -> usize,
+    total: usize,
+    workers: usize,
+) -> Vec<Vec<T>> {
+    let workers = workers.clamp(1, work.len().max(1));
+    if workers == 1 || total < SHARE_FROM {
+        return vec![work];
+    }
+    let share = total.div_ceil(workers);
+    let mut runs = Vec::with_capacity(workers);
+    let mut run = Vec::new();
+    let mut taken = 0;
+    for item in work {
+        taken += size(&item);
+        run.push(item);
+        if taken >= share && runs.len() + 1 < workers {
+            runs.push(std::mem::take(&mut run));
+            taken = 0;
+        }
+    }
+    runs.push(run);
+    runs
+}
+
+/// What one run of pieces gave: its text, its reports (documents numbered from 1) and how many documents it had.
+struct Run {
+    out: String,
+    reports: Vec<DocReport>,
+    documents: usize,
+}
+
+/// Parses, injects and writes one run of pieces, each dropped before the next; `None` if one does not parse or
+/// is refused.
+fn inject_run(
+    run: Vec<(&Piece<'_>, Option<Option<Document<'_>>>)>,
+    config: &Config,
+    options: &Options,
+    namespaces: &HashMap<String, NamespaceInfo>,
+) -> Option<Run> {
+    let size: usize = run.iter().map(|(p, _)| p.text.len()).sum();
+    let mut done = Run {
+        out: String::with_capacity(size + size / 4),
+        reports: Vec::with_capacity(run.len()),
+        documents: 0,
+    };
+    for (piece, early) in run {
         let doc = match early {
             Some(doc) => doc,
             None => read_piece(piece.text).ok()?,
@@ -372,18 +459,28 @@ fn inject_pieces(
         let Some(mut doc) = doc else {
             continue;
         };
-        count += 1;
+        done.documents += 1;
         let changed = inject_document(
             &mut doc.value,
-            count.to_string(),
+            done.documents.to_string(),
             config,
             options,
-            &namespaces,
-            &mut reports,
+            namespaces,
+            &mut done.reports,
         );
-        write_document(&mut out, &doc, changed.ok()?);
+        write_document(&mut done.out, &doc, changed.ok()?);
     }
-    Some((out, reports))
+    Some(done)
+}
+
+/// A report's index (`N`, or `N.M` for an item of a List) with `N` moved on by `by`.
+fn renumber(index: &str, by: usize) -> String {
+    let (first, rest) = index.split_at(index.find('.').unwrap_or(index.len()));
+    match first.parse::<usize>() {
+        Ok(n) => format!("{}{rest}", n + by),
+        // Not from a run (every run writes numbers): left as it is.
+        Err(_) => index.to_string(),
+    }
 }
 
 fn collect_namespaces(doc: &Value, out: &mut HashMap<String, NamespaceInfo>) {
@@ -629,6 +726,111 @@ mod tests {
             let input = format!("{pod}---\n{namespace}");
             assert_eq!(reason(&input), Some(Reason::InjectedSidecar), "{input}");
         }
+    }
+
+    /// A stream long enough to be shared out: documents of every sort, a Namespace that labels Pods before it, an
+    /// injected List, empty and null documents, and an injected Pod last.
+    fn long_stream() -> String {
+        let pod = |i: usize, ns: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}, namespace: {ns}}}\nspec:\n  containers:\n  - {{name: app, image: 'app:1'}}\n"
+            )
+        };
+        let mut docs = vec![];
+        for i in 0..2400 {
+            docs.push(match i % 6 {
+                0 => pod(i, "shop"),
+                1 => SERVICE.to_string(),
+                2 => SKIPPED.to_string(),
+                3 => WIRED.to_string(),
+                4 => format!(
+                    "kind: List\nitems:\n- {}\n- {{kind: Service, metadata: {{name: s}}}}\n",
+                    pod(i, "shop").replace('\n', "\n  ").trim_end()
+                ),
+                _ => ["# nothing\n", "null\n"][i / 6 % 2].to_string(),
+            });
+        }
+        docs.push("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n  labels: {pdp-injector.io/injection: sidecar}\n".into());
+        docs.push(WIRED.to_string());
+        let stream = docs.join("---\n");
+        assert!(stream.len() > SHARE_FROM, "{}", stream.len());
+        stream
+    }
+
+    fn run_with(input: &str, workers: usize) -> Result<(String, Vec<DocReport>), OfflineError> {
+        let options = Options {
+            workers,
+            ..Options::default()
+        };
+        inject_stream(input, &Config::builtin(), &options)
+    }
+
+    #[test]
+    fn a_long_stream_shared_out_gives_the_output_of_one_thread() {
+        let input = long_stream();
+        let (one, one_reports) = run_with(&input, 1).unwrap();
+        // Every kind of report is there, numbered through the whole stream.
+        assert!(
+            one_reports.iter().any(|r| r.index == "500.1"),
+            "{:?}",
+            &one_reports[..8]
+        );
+        assert_eq!(one_reports.last().unwrap().index, "2002");
+        let injected = one_reports
+            .iter()
+            .filter(|r| r.reason == Some(Reason::InjectedSidecar))
+            .count();
+        assert_eq!(
+            injected, 1201,
+            "the shop's Pods and Lists, and the wired Pods"
+        );
+        for workers in [2, 3, 7] {
+            let (out, reports) = run_with(&input, workers).unwrap();
+            assert_eq!(reports, one_reports, "{workers} workers");
+            assert!(out == one, "{workers} workers: the output differs");
+        }
+        // A run per worker, of about equal text, in order.
+        let pieces = cut(&input).unwrap();
+        let runs = share_out(pieces.iter().collect(), |p| p.text.len(), input.len(), 3);
+        assert_eq!(runs.len(), 3);
+        assert_eq!(runs.iter().map(Vec::len).sum::<usize>(), pieces.len());
+        for run in &runs {
+            let size: usize = run.iter().map(|p| p.text.len()).sum();
+            assert!(size < input.len() / 2, "{size} of {}", input.len());
+        }
+    }
+
+    #[test]
+    fn a_long_stream_shared_out_fails_as_one_thread_does() {
+        let input = long_stream();
+        let refused = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations: {pdp-injector.io/inject: bogus}\nspec:\n  containers:\n  - {name: app, image: 'app:1'}\n";
+        let (head, tail) = input.split_at(input.len() * 3 / 4);
+        let at = head.len() + tail.find("\n---\n").unwrap() + 5;
+        for (bad, yaml) in [(refused, false), ("kind: [unclosed\n", true)] {
+            let input = format!("{}{bad}---\n{}", &input[..at], &input[at..]);
+            let one = run_with(&input, 1).unwrap_err().to_string();
+            assert_eq!(one.starts_with("input is not valid YAML"), yaml, "{one}");
+            // Named by its place in the whole stream, in the last run's part of it.
+            let n: String = one
+                .split("document ")
+                .nth(1)
+                .unwrap()
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            assert!(
+                (1400..=1600).contains(&n.parse::<usize>().unwrap()),
+                "{one}"
+            );
+            assert_eq!(run_with(&input, 2).unwrap_err().to_string(), one);
+        }
+    }
+
+    #[test]
+    fn a_report_index_moves_on_by_the_documents_before_its_run() {
+        assert_eq!(renumber("3", 10), "13");
+        assert_eq!(renumber("3.2", 10), "13.2");
+        assert_eq!(renumber("3.2.1", 0), "3.2.1");
     }
 
     #[test]
