@@ -373,12 +373,18 @@ fn inject_pieces(
         std::thread::scope(|scope| {
             let threads: Vec<_> = runs
                 .into_iter()
-                .map(|run| scope.spawn(move || inject_run(run)))
+                .map(|run| {
+                    // The main thread's stack, not a spawned thread's 2 MiB: a deep document recurses as deep.
+                    std::thread::Builder::new()
+                        .stack_size(RUN_STACK)
+                        .spawn_scoped(scope, move || inject_run(run))
+                })
                 .collect();
-            // A thread that panicked counts as a refusal: the whole-stream path then gives the answer.
+            // A thread that could not start or panicked counts as a refusal: the whole-stream path then gives
+            // the answer.
             threads
                 .into_iter()
-                .map(|t| t.join().ok().flatten())
+                .map(|t| t.ok().and_then(|t| t.join().ok().flatten()))
                 .collect()
         })
     };
@@ -399,6 +405,9 @@ fn inject_pieces(
     }
     Some((out, reports))
 }
+
+/// The stack of a thread that injects a run of pieces.
+const RUN_STACK: usize = 8 * 1024 * 1024;
 
 /// Streams shorter than this are injected in the caller's thread: a thread costs more than it saves there.
 const SHARE_FROM: usize = 256 * 1024;
@@ -752,17 +761,32 @@ mod tests {
         }
         docs.push("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n  labels: {pdp-injector.io/injection: sidecar}\n".into());
         docs.push(WIRED.to_string());
+        // As deep as the reader allows, in the last run: a thread's stack holds it as the main thread's does.
+        docs.push(format!(
+            "kind: ConfigMap\nmetadata: {{name: deep}}\ndata: {}1{}\n",
+            "{a: ".repeat(120),
+            "}".repeat(120)
+        ));
         let stream = docs.join("---\n");
         assert!(stream.len() > SHARE_FROM, "{}", stream.len());
         stream
     }
 
+    /// [`inject_stream`] with `workers`, called from a thread with the stack of the command's main thread (a test
+    /// thread's 2 MiB do not hold the deep document in a debug build).
     fn run_with(input: &str, workers: usize) -> Result<(String, Vec<DocReport>), OfflineError> {
         let options = Options {
             workers,
             ..Options::default()
         };
-        inject_stream(input, &Config::builtin(), &options)
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .stack_size(RUN_STACK)
+                .spawn_scoped(scope, || inject_stream(input, &Config::builtin(), &options))
+                .unwrap()
+                .join()
+                .unwrap()
+        })
     }
 
     #[test]
@@ -775,7 +799,7 @@ mod tests {
             "{:?}",
             &one_reports[..8]
         );
-        assert_eq!(one_reports.last().unwrap().index, "2002");
+        assert_eq!(one_reports.last().unwrap().index, "2003");
         let injected = one_reports
             .iter()
             .filter(|r| r.reason == Some(Reason::InjectedSidecar))
