@@ -366,9 +366,9 @@ fn inject_pieces(
         work.push((piece, early));
     }
     let runs = share_out(work, |(p, _)| p.text.len(), input.len(), options.workers);
-    let inject_run = |run| inject_run(run, config, options, &namespaces);
+    let one_run = |run| inject_run(run, config, options, &namespaces);
     let done: Vec<Option<Run>> = if runs.len() == 1 {
-        runs.into_iter().map(inject_run).collect()
+        runs.into_iter().map(one_run).collect()
     } else {
         std::thread::scope(|scope| {
             let threads: Vec<_> = runs
@@ -377,7 +377,7 @@ fn inject_pieces(
                     // The main thread's stack, not a spawned thread's 2 MiB: a deep document recurses as deep.
                     std::thread::Builder::new()
                         .stack_size(RUN_STACK)
-                        .spawn_scoped(scope, move || inject_run(run))
+                        .spawn_scoped(scope, move || one_run(run))
                 })
                 .collect();
             // A thread that could not start or panicked counts as a refusal: the whole-stream path then gives
