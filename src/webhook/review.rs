@@ -438,9 +438,12 @@ pub fn record_summary(span: &Span, summary: &admission::ReviewSummary) {
     ]));
 }
 
-/// Bodies up to this size are reviewed on the async worker that read them: a review of 64 KiB takes about a
-/// hundred microseconds (BENCHMARKS.md), less than the hand-off to another thread and back costs a small one.
-const INLINE_REVIEW_BYTES: usize = 64 * 1024;
+/// Bodies up to this size are reviewed on the async worker that read them. The hand-off to the blocking pool and
+/// back cost an 80 KiB review 12-16 us of a request's 55-80 (BENCHMARKS.md, session 20), and the slowest review
+/// per KiB found (a status annotation with thousands of true claims, about 6 us per KiB) takes about 0.7 ms at
+/// this size: on a worker, at most that long, while a larger body can run to the deadline, which only the pool
+/// lets the server answer on time.
+const INLINE_REVIEW_BYTES: usize = 128 * 1024;
 
 /// Runs `work` with the request's body and config. A larger body goes to the blocking pool: a review's cost grows
 /// with the Pod, and on an async worker the request's deadline could not cut it off (the 504 waits for it) nor
