@@ -439,10 +439,10 @@ pub fn record_summary(span: &Span, summary: &admission::ReviewSummary) {
 }
 
 /// Bodies up to this size are reviewed on the async worker that read them. The hand-off to the blocking pool and
-/// back cost an 80 KiB review 12-16 us of a request's 55-80 (BENCHMARKS.md, session 20), and the slowest review
-/// per KiB found (a status annotation with thousands of true claims, about 6 us per KiB) takes about 0.7 ms at
-/// this size: on a worker, at most that long, while a larger body can run to the deadline, which only the pool
-/// lets the server answer on time.
+/// back cost an 80 KiB review 12-19 us (71-82 us a request before, 54-70 after; BENCHMARKS.md, session 20). The
+/// slowest review per KiB found (a status annotation with thousands of true claims, about 6 us per KiB) takes
+/// about 0.7 ms at this size, so a worker is held at most that long; a larger body could run to the deadline,
+/// and only on the pool can the server answer 504 on time.
 const INLINE_REVIEW_BYTES: usize = 128 * 1024;
 
 /// Runs `work` with the request's body and config. A larger body goes to the blocking pool: a review's cost grows
