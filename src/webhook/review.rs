@@ -445,6 +445,20 @@ pub fn record_summary(span: &Span, summary: &admission::ReviewSummary) {
 /// and only on the pool can the server answer 504 on time.
 const INLINE_REVIEW_BYTES: usize = 128 * 1024;
 
+/// Keeps a review's memory in the process from one request to the next. glibc's allocator gives the free top of
+/// a thread's heap back to the kernel (`madvise`) once it exceeds 128 KiB, and maps a block of 128 KiB or more
+/// on its own: freeing an 80 KiB body at 8 connections did the first, and the next requests faulted the pages in
+/// again, zeroed (server CPU per request 57.7-71.7 us before, 55.5-56.5 after; BENCHMARKS.md, session 21).
+/// Freeing one mapped block raises both thresholds for the process (mallopt(3), "dynamic mmap threshold": the
+/// mapping threshold to the block's size, the trim threshold to twice that). A process did that on its own at
+/// some point or never, depending on its traffic, hence the spread; this does it once, at start, with a block
+/// twice the inline bound: bodies up to 256 KiB come from the heap, and up to about 512 KiB of a heap stays
+/// mapped when free. Safe code, no effect on other allocators; `GLIBC_TUNABLES` setting a threshold turns the
+/// adjustment off, and then the tunable decides.
+pub fn keep_review_memory() {
+    drop(std::hint::black_box(vec![0u8; 2 * INLINE_REVIEW_BYTES]));
+}
+
 /// Runs `work` with the request's body and config. A larger body goes to the blocking pool: a review's cost grows
 /// with the Pod, and on an async worker the request's deadline could not cut it off (the 504 waits for it) nor
 /// could other requests run meanwhile. `held` (the review's permit and the body's budget) is kept until `work`

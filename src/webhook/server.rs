@@ -272,6 +272,7 @@ pub async fn start(
     options: ServeOptions,
     namespaces: Arc<dyn NamespaceSource>,
 ) -> Result<Running, ServeError> {
+    review::keep_review_memory();
     let config = match &options.flags.config_path {
         Some(p) => Config::load(p)?,
         None => Config::builtin(),
