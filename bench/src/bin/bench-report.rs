@@ -761,10 +761,14 @@ fn main() {
             offline_all.as_ref().map_or(0, |(c, _)| *c)
         ),
         offline_median.map(|s| s < OFFLINE_S),
-        &format!(
-            "on 1 CPU (one thread) {} s",
-            fmt(median(offline_one.clone()), 2)
-        ),
+        // With one CPU (a results file from a one-CPU machine) the figure above is the one-thread run already.
+        &match offline_all.as_ref() {
+            Some((cpus, _)) if *cpus > 1 => format!(
+                "on 1 CPU (one thread) {} s",
+                fmt(median(offline_one.clone()), 2)
+            ),
+            _ => String::new(),
+        },
     );
     if !problems.is_empty() {
         report.line("");
