@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The injected flagd wiring, resolved by the real OpenFeature flagd providers: openfeature-provider-flagd
-# (PyPI) and @openfeature/flagd-provider (npm), each built from the environment `pdp-injector inject` gives
-# an app, for every flagd profile and mode (scripts/flagd-providers/check.py says what each case asserts).
-# One PASS/FAIL line per case and provider, then `N passed, M failed`. No flagd runs here (none is reachable
-# from the package registries): this checks how the providers read the variables, not flagd itself.
+# flagd's official OpenFeature providers against this project, in two parts:
+# 1. the injected wiring: openfeature-provider-flagd (PyPI) and @openfeature/flagd-provider (npm), each built
+#    from the environment `pdp-injector inject` gives an app, for every flagd profile and mode
+#    (scripts/flagd-providers/check.py; how the providers read the variables, nothing connects);
+# 2. flags evaluated: the Python, Node and Rust (open-feature-flagd, tools/flagd-probe) providers in in-process
+#    mode, each evaluating flags through `pdp-injector flag-sync` on loopback (scripts/flagd-providers/
+#    test_sync.py, pytest): values, changes and their lag, scope, and the source restarted under them.
+# No flagd runs here (none is reachable from the package registries).
 #
 # The providers are installed, pinned, into ${PDP_FLAGD_CACHE:-~/.cache/pdp-injector-flagd} (a venv from
 # scripts/flagd-providers/requirements.txt, and node_modules), once per set of versions. PDP_INJECTOR_BIN
@@ -24,7 +27,7 @@ if [ ! -x "$dir/py/bin/python" ] || [ ! -d "$dir/node/node_modules/@openfeature/
     rm -rf "$dir"
     mkdir -p "$dir"
     python3 -m venv "$dir/py.tmp"
-    "$dir/py.tmp/bin/pip" install --quiet --disable-pip-version-check --no-deps \
+    "$dir/py.tmp/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
         -r scripts/flagd-providers/requirements.txt >&2
     mkdir -p "$dir/node.tmp"
     npm install --prefix "$dir/node.tmp" --no-save --no-audit --no-fund --loglevel=error "${NPM_PACKAGES[@]}" >&2
@@ -41,3 +44,16 @@ fi
 
 "$dir/py/bin/python" scripts/flagd-providers/check.py --bin "$bin" --python "$dir/py/bin/python" \
     --node-modules "$dir/node/node_modules"
+
+# The Rust provider's app (its own workspace; the provider's build needs protoc).
+probe="${PDP_FLAGD_PROBE_BIN:-}"
+if [ -z "$probe" ]; then
+    command -v protoc >/dev/null || { echo "flagd-providers: protoc is missing (Debian: protobuf-compiler)" >&2; exit 1; }
+    probe_target="${PDP_FLAGD_PROBE_TARGET:-$cache/probe-target}"
+    (cd tools/flagd-probe && CARGO_TARGET_DIR="$probe_target" cargo build --locked --quiet) >&2
+    probe="$probe_target/debug/flagd-probe"
+fi
+
+PDP_INJECTOR_BIN="$bin" PDP_FLAGD_PYTHON="$dir/py/bin/python" PDP_FLAGD_NODE_MODULES="$dir/node/node_modules" \
+    PDP_FLAGD_PROBE_BIN="$probe" "$dir/py/bin/python" -m pytest -p no:cacheprovider -ra \
+    scripts/flagd-providers/test_sync.py

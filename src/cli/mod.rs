@@ -5,6 +5,7 @@
 mod certs;
 mod check;
 mod csi;
+mod flag_sync;
 mod inject;
 mod logging;
 mod node;
@@ -43,6 +44,8 @@ enum Command {
     NodeProxy(Box<node::NodeProxyArgs>),
     /// CSI node plugin: give app Pods the node's PDP socket as a read-only inline volume, once the PDP answers.
     CsiNode(Box<csi::CsiNodeArgs>),
+    /// Serve flagd's gRPC sync (flagd.sync.v1) from the cluster's flag objects, each stream scoped to its caller.
+    FlagSync(Box<flag_sync::FlagSyncArgs>),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -126,6 +129,7 @@ pub fn main() -> ExitCode {
         Command::Certs(args) => certs::run(args),
         Command::NodeProxy(args) => node::run(*args),
         Command::CsiNode(args) => csi::run(*args),
+        Command::FlagSync(args) => flag_sync::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

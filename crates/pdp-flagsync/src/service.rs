@@ -1,0 +1,257 @@
+//! `flagd.sync.v1.FlagSyncService` over a [`Store`]: each stream gets the sets its selector names, scoped to its
+//! caller, at once and after every change that alters them.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+
+use futures_util::Stream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tonic::{Request, Response, Status};
+
+use crate::metrics::Metrics;
+use crate::proto::flag_sync_service_server::FlagSyncService;
+use crate::proto::{
+    FetchAllFlagsRequest, FetchAllFlagsResponse, GetMetadataRequest, GetMetadataResponse,
+    SyncFlagsRequest, SyncFlagsResponse,
+};
+use crate::select::{Caller, Selection, SelectorError};
+use crate::store::{Snapshot, Store};
+
+/// The header in which providers send their selector (flagd v0.11+); the request field is the older way.
+pub const SELECTOR_HEADER: &str = "flagd-selector";
+
+/// How a call's caller is known.
+pub trait Identify: Send + Sync + 'static {
+    /// The caller of a call from `peer` (`None`: not a TCP connection), or the status that refuses it.
+    fn identify(&self, peer: Option<SocketAddr>) -> Result<Caller, Status>;
+}
+
+/// Every caller is of one namespace: a per-Pod socket, or a single-tenant install.
+#[derive(Debug, Clone)]
+pub struct FixedNamespace(pub String);
+
+impl Identify for FixedNamespace {
+    fn identify(&self, _: Option<SocketAddr>) -> Result<Caller, Status> {
+        Ok(Caller {
+            namespace: self.0.clone(),
+        })
+    }
+}
+
+/// Callers known by their Pod's IP address (kept by [`crate::source::pods`]).
+#[derive(Debug, Clone, Default)]
+pub struct PodAddresses(pub Arc<RwLock<HashMap<IpAddr, String>>>);
+
+impl Identify for PodAddresses {
+    fn identify(&self, peer: Option<SocketAddr>) -> Result<Caller, Status> {
+        let Some(peer) = peer else {
+            return Err(Status::permission_denied(
+                "the caller's address is unknown: connect over TCP from a Pod",
+            ));
+        };
+        let ip = peer.ip().to_canonical();
+        let pods = self.0.read().unwrap_or_else(|p| p.into_inner());
+        match pods.get(&ip) {
+            Some(namespace) => Ok(Caller {
+                namespace: namespace.clone(),
+            }),
+            None => Err(Status::permission_denied(format!(
+                "no running Pod has the address {ip}: flag sets are served to Pods only (hostNetwork Pods share their node's address and are refused)"
+            ))),
+        }
+    }
+}
+
+/// The service: one per listener, sharing the store.
+pub struct SyncService {
+    store: Arc<Store>,
+    identify: Arc<dyn Identify>,
+    shared_namespace: String,
+    metrics: Arc<Metrics>,
+    streams: Arc<Semaphore>,
+    stop: watch::Receiver<bool>,
+}
+
+impl SyncService {
+    /// A service of `store`; at most `max_streams` SyncFlags streams at once; streams end when `stop` turns true.
+    pub fn new(
+        store: Arc<Store>,
+        identify: Arc<dyn Identify>,
+        shared_namespace: String,
+        metrics: Arc<Metrics>,
+        max_streams: usize,
+        stop: watch::Receiver<bool>,
+    ) -> SyncService {
+        SyncService {
+            store,
+            identify,
+            shared_namespace,
+            metrics,
+            streams: Arc::new(Semaphore::new(max_streams)),
+            stop,
+        }
+    }
+
+    fn selection<T>(&self, request: &Request<T>, body_selector: &str) -> Result<Selection, Status> {
+        let caller = self
+            .identify
+            .identify(request.remote_addr())
+            .inspect_err(|_| {
+                self.metrics.refuse("permission_denied");
+            })?;
+        let header = request.metadata().get(SELECTOR_HEADER).map(|v| v.to_str());
+        let selector = match header {
+            Some(Ok(s)) => s,
+            Some(Err(_)) => {
+                self.metrics.refuse("invalid_argument");
+                return Err(Status::invalid_argument(
+                    "the flagd-selector header is not text",
+                ));
+            }
+            None => body_selector,
+        };
+        Selection::resolve(selector, &caller, &self.shared_namespace).map_err(|e| {
+            let status = match e {
+                SelectorError::Forbidden { .. } => Status::permission_denied(e.to_string()),
+                SelectorError::Invalid { .. } | SelectorError::TooMany(_) => {
+                    Status::invalid_argument(e.to_string())
+                }
+            };
+            self.metrics
+                .refuse(if status.code() == tonic::Code::PermissionDenied {
+                    "permission_denied"
+                } else {
+                    "invalid_argument"
+                });
+            tracing::info!(caller = %caller.namespace, selector, reason = %e, "flag sync refused");
+            status
+        })
+    }
+}
+
+/// One open stream's state: its receiver, what it sent last, its share of the bound.
+struct StreamState {
+    rx: watch::Receiver<Arc<Snapshot>>,
+    stop: watch::Receiver<bool>,
+    selection: Selection,
+    last: Option<Arc<str>>,
+    started: bool,
+    ended: bool,
+    metrics: Arc<Metrics>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for StreamState {
+    fn drop(&mut self) {
+        self.metrics.subscribers.dec();
+    }
+}
+
+impl StreamState {
+    /// The next configuration to send. When the server stops, an UNAVAILABLE status: providers reconnect on an
+    /// error, while some (Node's) take a stream's clean end as final.
+    async fn next(&mut self) -> Option<Result<SyncFlagsResponse, Status>> {
+        loop {
+            if self.ended {
+                return None;
+            }
+            if self.started {
+                let stopped = tokio::select! {
+                    changed = self.rx.changed() => changed.is_err(),
+                    _ = self.stop.wait_for(|stop| *stop) => true,
+                };
+                if stopped {
+                    self.ended = true;
+                    return Some(Err(Status::unavailable(
+                        "the sync source is stopping; reconnect",
+                    )));
+                }
+            }
+            self.started = true;
+            let snapshot = self.rx.borrow_and_update().clone();
+            if !snapshot.ready {
+                continue;
+            }
+            let text = snapshot.render(&self.selection);
+            if self.last.as_deref() == Some(&*text) {
+                continue;
+            }
+            self.metrics
+                .update_lag
+                .observe(snapshot.made.elapsed().as_secs_f64());
+            self.metrics.sent.inc();
+            self.last = Some(text.clone());
+            return Some(Ok(SyncFlagsResponse {
+                flag_configuration: text.to_string(),
+                sync_context: None,
+            }));
+        }
+    }
+}
+
+/// A SyncFlags stream.
+pub type FlagStream = Pin<Box<dyn Stream<Item = Result<SyncFlagsResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl FlagSyncService for SyncService {
+    type SyncFlagsStream = FlagStream;
+
+    async fn sync_flags(
+        &self,
+        request: Request<SyncFlagsRequest>,
+    ) -> Result<Response<FlagStream>, Status> {
+        #[allow(deprecated)]
+        let selection = self.selection(&request, &request.get_ref().selector)?;
+        let Ok(permit) = self.streams.clone().try_acquire_owned() else {
+            self.metrics.refuse("resource_exhausted");
+            return Err(Status::resource_exhausted(
+                "this sync source serves its most streams; retry later",
+            ));
+        };
+        self.metrics.subscribers.inc();
+        let state = StreamState {
+            rx: self.store.subscribe(),
+            stop: self.stop.clone(),
+            selection,
+            last: None,
+            started: false,
+            ended: false,
+            metrics: self.metrics.clone(),
+            _permit: permit,
+        };
+        let stream = futures_util::stream::unfold(state, |mut state| async move {
+            let item = state.next().await?;
+            Some((item, state))
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn fetch_all_flags(
+        &self,
+        request: Request<FetchAllFlagsRequest>,
+    ) -> Result<Response<FetchAllFlagsResponse>, Status> {
+        #[allow(deprecated)]
+        let selection = self.selection(&request, &request.get_ref().selector)?;
+        let snapshot = self.store.current();
+        if !snapshot.ready {
+            self.metrics.refuse("unavailable");
+            return Err(Status::unavailable(
+                "the sync source has not listed its flag sets yet",
+            ));
+        }
+        Ok(Response::new(FetchAllFlagsResponse {
+            flag_configuration: snapshot.render(&selection).to_string(),
+        }))
+    }
+
+    async fn get_metadata(
+        &self,
+        _: Request<GetMetadataRequest>,
+    ) -> Result<Response<GetMetadataResponse>, Status> {
+        Ok(Response::new(GetMetadataResponse {
+            metadata: Some(prost_types::Struct::default()),
+        }))
+    }
+}
