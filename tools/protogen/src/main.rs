@@ -11,11 +11,18 @@ struct Module {
     out_dir: &'static str,
 }
 
-const MODULES: &[Module] = &[Module {
-    proto: "crates/pdp-flagsync/proto/flagd/sync/v1/sync.proto",
-    include: "crates/pdp-flagsync/proto",
-    out_dir: "crates/pdp-flagsync/src/gen",
-}];
+const MODULES: &[Module] = &[
+    Module {
+        proto: "crates/pdp-flagsync/proto/flagd/sync/v1/sync.proto",
+        include: "crates/pdp-flagsync/proto",
+        out_dir: "crates/pdp-flagsync/src/gen",
+    },
+    Module {
+        proto: "crates/pdp-flagsync/proto/pdp/relay/v1/relay.proto",
+        include: "crates/pdp-flagsync/proto",
+        out_dir: "crates/pdp-flagsync/src/gen",
+    },
+];
 
 fn generate(root: &Path, module: &Module, out: &Path) -> std::io::Result<()> {
     tonic_prost_build::configure()
