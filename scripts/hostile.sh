@@ -9,6 +9,8 @@
 #   scripts/hostile.sh                  release build (the timing bounds are for optimised code)
 #   HOSTILE_PROFILE=debug scripts/hostile.sh   reuse the debug build of `cargo test` (looser time bounds)
 #   scripts/hostile.sh drain            only tests whose name contains "drain"
+#   HOSTILE_BIN=/path/pdp-injector scripts/hostile.sh   another build's figures (announced; refused under CI=true
+#                                       unless it is this build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -153,14 +153,20 @@ const CONNECTIONS: u32 = 2;
 const SATURATE_CONNECTIONS: u32 = 8;
 const SATURATE_SECONDS: u64 = 5;
 
-/// CPU time (user + system) the process has used, from /proc/<pid>/stat, in milliseconds.
+/// CPU time (user + system) the process has used, from /proc/<pid>/stat, in milliseconds. Unreadable is a
+/// failure, never 0.
 fn cpu_ms(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     // The command name is in parentheses and may hold spaces: split after it. Then field 3 (state) is token 0,
     // so utime (field 14) is token 11 and stime (field 15) token 12.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<&str> = rest.split_whitespace().collect();
-    let num = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    let num = |i: usize| {
+        f.get(i)
+            .and_then(|x| x.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{path}: no CPU time in {stat:?}"))
+    };
     (num(11) + num(12)) * 10.0 // USER_HZ is 100 on Linux
 }
 
@@ -387,4 +393,10 @@ async fn p99_of_a_22_kib_review_under_a_tenth_of_a_core() {
     );
     assert!(p99 < Duration::from_secs(1), "p99 {p99:?} is not under 1 s");
     drop(server);
+}
+
+#[test]
+#[should_panic(expected = "/proc/4294967295/stat")]
+fn an_unreadable_cpu_time_is_an_error_not_zero() {
+    cpu_ms(u32::MAX); // above Linux's pid_max: no such process
 }

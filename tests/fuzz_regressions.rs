@@ -13,16 +13,29 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The files under `dir` (recursively) that `keep` accepts, dot files aside. A directory that cannot be read or
+/// gives none is a failure: a replay that finds no input proves nothing.
 fn files(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Vec<PathBuf> {
+    let out = files_in(dir, keep);
+    assert!(
+        !out.is_empty(),
+        "{}: no input to replay (missing, unreadable or empty)",
+        dir.display()
+    );
+    out
+}
+
+fn files_in(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Vec<PathBuf> {
+    let entries = fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let mut out = vec![];
-    let Ok(entries) = fs::read_dir(dir) else {
-        return out;
-    };
     for e in entries {
         let path = e.unwrap().path();
+        let dot = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with('.'));
         if path.is_dir() {
-            out.extend(files(&path, keep));
-        } else if keep(&path.to_string_lossy()) {
+            out.extend(files_in(&path, keep));
+        } else if !dot && keep(&path.to_string_lossy()) {
             out.push(path);
         }
     }
@@ -30,8 +43,11 @@ fn files(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Vec<PathBuf> {
     out
 }
 
-fn replay(target: &str, check: fn(&[u8]), seeds: Vec<PathBuf>) {
-    let found = files(&root().join("fuzz/regressions").join(target), &|_| true);
+/// Every committed crash input of `target` (its directory must exist; `config` has none yet) and every seed,
+/// through `check`; at least `least` inputs in all (what is committed today), so that a lost corpus fails
+/// rather than passes.
+fn replay(target: &str, check: fn(&[u8]), seeds: Vec<PathBuf>, least: usize) {
+    let found = files_in(&root().join("fuzz/regressions").join(target), &|_| true);
     for path in found.iter().chain(&seeds) {
         let bytes = fs::read(path).unwrap();
         if let Err(panic) = std::panic::catch_unwind(|| check(&bytes)) {
@@ -48,6 +64,11 @@ fn replay(target: &str, check: fn(&[u8]), seeds: Vec<PathBuf>) {
         found.len(),
         seeds.len()
     );
+    let replayed = found.len() + seeds.len();
+    assert!(
+        replayed >= least,
+        "{target}: {replayed} inputs replayed, fewer than the {least} committed"
+    );
 }
 
 #[test]
@@ -56,6 +77,7 @@ fn review_regressions_and_seeds() {
         "review",
         checks::review,
         files(&root().join("tests/fixtures"), &|p| p.ends_with(".json")),
+        4,
     );
 }
 
@@ -68,14 +90,14 @@ fn config_regressions_and_seeds() {
         p.ends_with("/config.yaml")
     }));
     seeds.extend(files(&root().join("fuzz/seeds/config"), &|_| true));
-    replay("config", checks::config, seeds);
+    replay("config", checks::config, seeds, 15);
 }
 
 #[test]
 fn offline_regressions_and_seeds() {
     let mut seeds = files(&root().join("tests/golden"), &|p| p.ends_with(".yaml"));
     seeds.extend(files(&root().join("examples"), &|p| p.ends_with(".yaml")));
-    replay("offline", checks::offline, seeds);
+    replay("offline", checks::offline, seeds, 211);
 }
 
 /// Found by the `offline` target: a document that reads as null (a tagged empty node such as `!tag`) is printed as

@@ -708,17 +708,10 @@ async fn no_descriptor_or_memory_growth_over_30s_without_keep_alive() {
 struct ServerProbe(u32);
 impl ServerProbe {
     fn fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.0))
-            .map(|d| d.count())
-            .unwrap_or(0)
+        proc_fds(self.0)
     }
     fn rss_kib(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.0))
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0)
+        proc_rss_kib(self.0)
     }
 }
 
@@ -1397,14 +1390,15 @@ async fn idle_connections_to_the_front_leave_every_check_answered() {
                 };
                 let tcp_open = tcp.iter().filter(|c| open(c.try_read(&mut buf))).count();
                 let unix_open = unix.iter().filter(|c| open(c.try_read(&mut buf))).count();
-                (opened, errors, tcp_open, unix_open)
+                let made = (tcp.len(), unix.len());
+                (opened, errors, tcp_open, unix_open, made)
             })
         })
     };
     while !hostile.is_finished() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (opened, connect_errors, tcp_open, unix_open) = hostile.join().unwrap();
+    let (opened, connect_errors, tcp_open, unix_open, hostile_opened) = hostile.join().unwrap();
     stop.store(true, Ordering::SeqCst);
     let (mut tcp, mut unix, failures) = normal.await.unwrap();
     let peak = peak.await.unwrap();
@@ -1426,6 +1420,17 @@ async fn idle_connections_to_the_front_leave_every_check_answered() {
     );
     assert!(failures.is_empty(), "normal client failures: {failures:?}");
     assert!(tcp.len() >= 20 && unix.len() >= 20, "too few checks");
+    // The flood was there: more TCP connections than the per-peer bound (128 by default) and 1,000 on the socket
+    // were opened, and the front held some of each, the TCP ones within that bound.
+    let (tcp_opened, unix_opened) = hostile_opened;
+    assert!(
+        tcp_opened > 128 && unix_opened >= 1_000,
+        "the hostile client opened only {tcp_opened} TCP and {unix_opened} socket connections"
+    );
+    assert!(
+        (1..=128).contains(&tcp_open) && unix_open >= 1,
+        "the front held {tcp_open} TCP (bound 128) and {unix_open} socket connections of the flood"
+    );
     assert!(
         peak < budget_kib,
         "front peak RSS {peak} KiB over its budget {budget_kib} KiB"
@@ -1582,4 +1587,32 @@ async fn random_namespaces_cost_at_most_the_fetch_rate() {
     assert!(errors.is_empty(), "the real namespace's Pod: {errors:?}");
     assert!(answered >= 5, "too few checks of the real namespace");
     running.shutdown().await.unwrap();
+}
+
+#[test]
+#[should_panic(expected = "refused under CI=true")]
+fn another_binary_in_hostile_bin_is_refused_under_ci() {
+    chosen_bin(Some("/bin/sh".into()), true);
+}
+
+#[test]
+fn this_build_in_hostile_bin_is_taken_under_ci_and_another_one_elsewhere() {
+    assert_eq!(chosen_bin(Some(BIN.into()), true), BIN);
+    assert_eq!(chosen_bin(Some("/bin/sh".into()), false), "/bin/sh");
+    assert_eq!(chosen_bin(None, true), BIN);
+}
+
+/// No process has this id (above Linux's pid_max): its figures cannot be read.
+const NO_PROCESS: u32 = u32::MAX;
+
+#[test]
+#[should_panic(expected = "cannot read resident memory")]
+fn an_unreadable_resident_memory_is_an_error_not_zero() {
+    proc_rss_kib(NO_PROCESS);
+}
+
+#[test]
+#[should_panic(expected = "cannot count descriptors")]
+fn an_unreadable_descriptor_count_is_an_error_not_zero() {
+    proc_fds(NO_PROCESS);
 }

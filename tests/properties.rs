@@ -439,7 +439,7 @@ fn reversed(v: &serde_json::Value) -> serde_json::Value {
 
 #[test]
 fn review_answers_do_not_depend_on_key_order_and_match_the_core() {
-    use pdp_injector::admission::review;
+    use pdp_injector::admission::{encode_stage, review};
     let config = Config::builtin();
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     let mut injected = 0;
@@ -468,6 +468,8 @@ fn review_answers_do_not_depend_on_key_order_and_match_the_core() {
         }
         for (i, typed) in pods.iter().enumerate() {
             let expected = inject(typed, &ns, &config);
+            let core_answer: serde_json::Value =
+                serde_json::from_slice(&encode_stage("u-1", &expected)).unwrap();
             let value = with_unread_fields(typed);
             let mut answers = Vec::new();
             for (object, object_first) in [
@@ -481,6 +483,12 @@ fn review_answers_do_not_depend_on_key_order_and_match_the_core() {
                     summary.reason,
                     expected.reason(),
                     "case {case}/{i}: {value}"
+                );
+                // The whole answer, not only its reason: allowed, patch, warnings, denial message.
+                let got: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+                assert_eq!(
+                    got, core_answer,
+                    "case {case}/{i}: the answer differs from the core's outcome: {value}"
                 );
                 answers.push(bytes);
             }

@@ -7,7 +7,8 @@ with the MutatingWebhookConfiguration of manifests/base (clientConfig turned int
 runs the cases through kubectl and checks the stored objects. Every process it starts is stopped by its PID on
 exit, also on failure, timeout or signal.
 
-Output: one `PASS name` or `FAIL name: why` line per case, then `N passed, M failed`. Exit status 1 if any failed.
+Output: one `PASS name` or `FAIL name: why` line per case, then `N passed, M failed`. Exit status 1 if any failed,
+if a case filter matches no case, or if no case ran.
 """
 import argparse
 import base64
@@ -1363,6 +1364,13 @@ def main():
     signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(args.timeout)
 
+    try:
+        selected = tier.select(CASES, args.cases)
+    except Fail as e:
+        print(f"FAIL selection: {e}", flush=True)
+        print("0 passed, 1 failed", flush=True)
+        return 1
+
     h = Harness(args)
     passed, failed = [], []
     t0 = time.monotonic()
@@ -1378,7 +1386,6 @@ def main():
                 if tail:
                     log(f"--- last lines of {name}.log ---\n{tail}")
         if setup_error is None:
-            selected = [c for c in CASES if not args.cases or any(f in c[0] for f in args.cases)]
             for name, fn, needs in selected:
                 t = time.monotonic()
                 try:
@@ -1410,6 +1417,9 @@ def main():
     if setup_error is not None:
         print(f"FAIL setup: {type(setup_error).__name__}: {one_line(setup_error, 800)}", flush=True)
         failed.append("setup")
+    elif line := tier.none_ran(len(passed) + len(failed)):
+        print(line, flush=True)
+        failed.append("no-case-ran")
     log(f"total {time.monotonic() - t0:.1f}s")
     print(f"{len(passed)} passed, {len(failed)} failed", flush=True)
     return 1 if failed else 0

@@ -21,6 +21,23 @@ def check(cond, why):
         raise Fail(why)
 
 
+def select(cases, filters):
+    """The cases (tuples, the name first) whose name contains one of `filters`, all of them without filters. A
+    filter that matches no case, or a selection of none, raises Fail: a tier that runs no case proves nothing."""
+    unmatched = [f for f in filters if not any(f in c[0] for c in cases)]
+    if unmatched:
+        raise Fail(f"no case matches {' '.join(unmatched)}")
+    chosen = [c for c in cases if not filters or any(f in c[0] for f in filters)]
+    if not chosen:
+        raise Fail("no case to run")
+    return chosen
+
+
+def none_ran(ran):
+    """The FAIL line of a run in which no case ran (`ran` counts those that did), or None."""
+    return None if ran else "FAIL no-case-ran: zero cases ran, and a tier that runs none proves nothing"
+
+
 def logger(prefix):
     """A `log(msg)` that writes `[prefix] msg` to stderr at once."""
     def log(msg):

@@ -9,7 +9,7 @@ PDP; unless --skip-install and it is there), waits for the webhook (self-managed
 caBundle), the PDP DaemonSet and the central PDP, then runs the cases; the last ones upgrade, test and uninstall
 the release. Output:
 one `PASS name` or `FAIL name: why` per case, each followed by its figures (indented), then `N passed, M failed`;
-exit status 1 if any failed. Progress on stderr, prefixed [node].
+exit status 1 if any failed, a filter matches no case, or no case ran. Progress on stderr, prefixed [node].
 
 NODE_KNOWN_FAILURES="case ..." names cases that fail for a reason written down in scripts/node/README.md ("Known
 failures"): such a case still runs and prints `XFAIL name: why` (not counted as failed); if it passes, it prints
@@ -1499,6 +1499,12 @@ def main():
     ap.add_argument("filters", nargs="*")
     args = ap.parse_args()
     KUBECONFIG = args.kubeconfig
+    try:
+        selected = tier.select(CASES, args.filters)
+    except Fail as e:
+        print(f"FAIL selection: {e}")
+        print("0 passed, 1 failed")
+        return 1
     t0 = time.monotonic()
     try:
         install(args.skip_install)
@@ -1518,9 +1524,7 @@ def main():
     for name in known - {n for n, _ in CASES}:
         log(f"NODE_KNOWN_FAILURES names no case {name!r}")
     shared = Shared()
-    for name, fn in CASES:
-        if args.filters and not any(f in name for f in args.filters):
-            continue
+    for name, fn in selected:
         FIGURES.clear()
         t = time.monotonic()
         log(f"--- {name}")
@@ -1551,6 +1555,9 @@ def main():
             print(l)
         sys.stdout.flush()
     cleanup()
+    if line := tier.none_ran(passed + failed + xfailed):
+        print(line)
+        failed += 1
     print(f"{passed} passed, {failed} failed" + (f", {xfailed} known failures (XFAIL)" if known else "")
           + f" ({time.monotonic() - t0:.0f}s)")
     return 1 if failed else 0

@@ -22,9 +22,63 @@ pub const FIXTURE: &str = include_str!("../fixtures/admissionreview-v1-pod-creat
 pub const FIXTURE_UID: &str = "2c11f9f4-347e-4028-9bdb-2d01a3c0650c";
 
 /// The binary the tests run: this build's, or another one given in `HOSTILE_BIN` (to print the figures of
-/// an older build next to this one's: BENCHMARKS.md).
+/// an older build next to this one's: BENCHMARKS.md). Another binary is announced on stderr, and refused under
+/// `CI=true` unless its bytes are this build's: a gate tests the build it gates.
 pub fn bin() -> std::ffi::OsString {
-    std::env::var_os("HOSTILE_BIN").unwrap_or_else(|| BIN.into())
+    static CHOSEN: std::sync::OnceLock<std::ffi::OsString> = std::sync::OnceLock::new();
+    CHOSEN
+        .get_or_init(|| chosen_bin(std::env::var_os("HOSTILE_BIN"), ci()))
+        .clone()
+}
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// What [`bin`] runs, given `HOSTILE_BIN` and whether this is CI.
+pub fn chosen_bin(other: Option<std::ffi::OsString>, ci: bool) -> std::ffi::OsString {
+    let Some(other) = other else {
+        return BIN.into();
+    };
+    let read = |p: &Path| std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let same = read(Path::new(&other)) == read(Path::new(BIN));
+    if ci && !same {
+        panic!(
+            "HOSTILE_BIN={} is refused under CI=true: it is not this build ({BIN})",
+            Path::new(&other).display()
+        );
+    }
+    let what = if same {
+        "the same bytes as this build's"
+    } else {
+        "another build, NOT this build's"
+    };
+    eprintln!(
+        "\n*** HOSTILE_BIN: these tests run {} ({what} {BIN}) ***\n",
+        Path::new(&other).display()
+    );
+    other
+}
+
+/// Open file descriptors of process `pid`, from /proc. Unreadable (no /proc, the process gone) is a failure,
+/// never 0: a figure that reads as "none" would pass every bound.
+pub fn proc_fds(pid: u32) -> usize {
+    let dir = format!("/proc/{pid}/fd");
+    std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot count descriptors: {dir}: {e}"))
+        .count()
+}
+
+/// Resident memory of process `pid` in KiB (VmRSS in /proc); unreadable or absent is a failure, never 0.
+pub fn proc_rss_kib(pid: u32) -> u64 {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read resident memory: {path}: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS figure in {path}: {status}"))
 }
 
 /// Tests in one binary that measure time or count descriptors must not overlap.
@@ -202,20 +256,12 @@ impl ServerProcess {
 
     /// Open file descriptors of the server, from /proc.
     pub fn fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
-            .map(|d| d.count())
-            .unwrap_or(0)
+        proc_fds(self.pid())
     }
 
     /// Resident memory of the server in KiB, from /proc.
     pub fn rss_kib(&self) -> u64 {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0)
+        proc_rss_kib(self.pid())
     }
 
     /// Waits for the process to exit on its own; `None` when it is still running after `limit`.

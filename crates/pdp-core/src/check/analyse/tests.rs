@@ -332,27 +332,34 @@ fn nodes_without_pdp_and_outdated_pdp() {
     assert!(r.ok, "{}", r.to_text(false));
 }
 
-#[test]
-fn a_node_without_its_front_is_a_node_without_its_pdp() {
-    let front_pod = |node: &str| {
-        ready_pod(
-            json!({"metadata": {"name": format!("pdp-node-front-{node}"), "namespace": "pdp-node",
-            "labels": {"controller-revision-hash": "f1"},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "pdp-node-front", "uid": "f", "controller": true}]},
-            "spec": {"nodeName": node, "containers": [{"name": "front"}]}}),
-        )
-    };
-    let mut v = in_order();
+/// The node front's DaemonSet (revisions f1 and f2, f2 current) beside the PDP's, a ready front Pod at `revision`
+/// on each node.
+fn with_front(v: &mut ClusterView, revision: &str) {
+    let owner = json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "pdp-node-front", "uid": "f", "controller": true}]);
     v.daemonsets.as_mut().unwrap().push(from(
         json!({"metadata": {"name": "pdp-node-front", "namespace": "pdp-node",
         "labels": {"app.kubernetes.io/component": "pdp-front"}},
         "spec": {"selector": {}, "template": {"spec": {"containers": []}}}}),
     ));
+    for (n, hash) in [(1, "f1"), (2, "f2")] {
+        v.revisions.as_mut().unwrap().push(from(json!({"metadata": {"name": format!("front-r{n}"),
+            "namespace": "pdp-node", "labels": {"controller-revision-hash": hash}, "ownerReferences": owner},
+            "revision": n})));
+    }
+    for node in ["n1", "n2"] {
+        v.pdp_pods.as_mut().unwrap().push(ready_pod(
+            json!({"metadata": {"name": format!("pdp-node-front-{node}"), "namespace": "pdp-node",
+            "labels": {"controller-revision-hash": revision}, "ownerReferences": owner},
+            "spec": {"nodeName": node, "containers": [{"name": "front"}]}}),
+        ));
+    }
+}
+
+#[test]
+fn a_node_without_its_front_is_a_node_without_its_pdp() {
+    let mut v = in_order();
+    with_front(&mut v, "f2");
     // Every node has both: in order, and the front is reported beside the PDP.
-    v.pdp_pods
-        .as_mut()
-        .unwrap()
-        .extend([front_pod("n1"), front_pod("n2")]);
     let r = analyse(&v);
     assert!(r.ok, "{}", r.to_text(false));
     assert!(
@@ -506,43 +513,43 @@ fn classic_sidecars_change_the_hash_as_the_webhook_does() {
     assert_eq!(find(&r, "stale_config").pods.len(), 2);
 }
 
+/// A Job's Pod in namespace batch, wired in the classic form, whose app ended `ago` seconds before `now`.
+fn classic_job_pod(now: i64, name: &str, ago: i64) -> Pod {
+    let classic = Config::builtin().with_classic_sidecars();
+    let ns = NamespaceInfo::named("batch");
+    let p: Pod = from(
+        json!({"metadata": {"name": name, "namespace": "batch", "annotations": {"pdp-injector.io/inject": "sidecar"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "app", "image": "i"}]}}),
+    );
+    let Outcome::Injected(i) = core::inject(&p, &ns, &classic) else {
+        panic!("not injected")
+    };
+    let mut p = core::patched(&p, &i.patch).unwrap();
+    let ended = time::OffsetDateTime::from_unix_timestamp(now - ago).unwrap();
+    let ended = format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        ended.year(),
+        u8::from(ended.month()),
+        ended.day(),
+        ended.hour(),
+        ended.minute(),
+        ended.second()
+    );
+    p.status = Some(from(json!({"phase": "Running", "containerStatuses": [
+        {"name": "cerbos-pdp", "state": {"running": {}}, "ready": true, "restartCount": 0, "image": "c", "imageID": ""},
+        {"name": "app", "state": {"terminated": {"exitCode": 0, "finishedAt": ended}}, "ready": false,
+         "restartCount": 0, "image": "i", "imageID": ""}]})));
+    p
+}
+
 #[test]
 fn a_classic_sidecar_still_running_long_after_its_job_ended_is_said() {
     let mut v = in_order();
     v.native_sidecars = false;
-    let classic = Config::builtin().with_classic_sidecars();
-    let ns = NamespaceInfo::named("batch");
-    // A Job's Pod, wired in the classic form, whose app ended `ago` seconds before the check.
-    let job_pod = |name: &str, ago: i64, annotations: Value| -> Pod {
-        let p: Pod = from(
-            json!({"metadata": {"name": name, "namespace": "batch", "annotations": annotations},
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "app", "image": "i"}]}}),
-        );
-        let Outcome::Injected(i) = core::inject(&p, &ns, &classic) else {
-            panic!("not injected")
-        };
-        let mut p = core::patched(&p, &i.patch).unwrap();
-        let ended = time::OffsetDateTime::from_unix_timestamp(v.now - ago).unwrap();
-        let ended = format!(
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-            ended.year(),
-            u8::from(ended.month()),
-            ended.day(),
-            ended.hour(),
-            ended.minute(),
-            ended.second()
-        );
-        p.status = Some(from(json!({"phase": "Running", "containerStatuses": [
-            {"name": "cerbos-pdp", "state": {"running": {}}, "ready": true, "restartCount": 0, "image": "c", "imageID": ""},
-            {"name": "app", "state": {"terminated": {"exitCode": 0, "finishedAt": ended}}, "ready": false,
-             "restartCount": 0, "image": "i", "imageID": ""}]})));
-        p
-    };
-    let inject = json!({"pdp-injector.io/inject": "sidecar"});
     v.pods.as_mut().unwrap().extend([
-        job_pod("stuck", 300, inject.clone()),
+        classic_job_pod(v.now, "stuck", 300),
         // Ended a moment ago: the watch container has not had its few seconds yet.
-        job_pod("just-ended", 5, inject.clone()),
+        classic_job_pod(v.now, "just-ended", 5),
     ]);
     let r = analyse(&v);
     let f = find(&r, "classic_sidecar_not_stopped");
@@ -637,5 +644,351 @@ fn with_the_csi_driver_a_node_without_the_plugin_is_an_error_and_older_pods_are_
     assert_eq!(
         find(&analyse(&v), "csi_nodes_unreadable").severity,
         Severity::Warning
+    );
+}
+
+/// Sets the caBundle of every entry of the registered webhook configuration (None: removes it).
+fn set_ca_bundle(v: &mut ClusterView, bundle: Option<&[u8]>) {
+    if let Ok(Some(m)) = v.webhook.as_mut() {
+        for w in m.webhooks.as_mut().unwrap() {
+            w.client_config.ca_bundle = bundle.map(|b| k8s_openapi::ByteString(b.to_vec()));
+        }
+    }
+}
+
+fn with_ready_replicas(v: &mut ClusterView, ready: i32) {
+    v.deployment = Ok(Some(from(
+        json!({"metadata": {"name": "pdp-injector", "namespace": "pdp-system"},
+        "spec": {"replicas": 2, "selector": {}, "template": {}}, "status": {"readyReplicas": ready}}),
+    )));
+}
+
+/// Each finding code, the change to a cluster in order that produces it, and its severity there. Every code of
+/// [`Code::ALL`] has a row (checked below), so a new code comes with the fixture that produces it.
+#[allow(clippy::type_complexity)]
+fn every_code() -> Vec<(&'static str, Severity, Box<dyn Fn(&mut ClusterView)>)> {
+    let installed = |text: &str| {
+        let text = text.to_string();
+        Box::new(move |v: &mut ClusterView| {
+            v.config = Some(ConfigSource::Installed(Ok(Some(text.clone()))))
+        }) as Box<dyn Fn(&mut ClusterView)>
+    };
+    let labelled = |value: &'static str| {
+        Box::new(move |v: &mut ClusterView| {
+            v.namespaces.as_mut().unwrap().push(namespace(
+                "other",
+                json!({LABEL_NAMESPACE_INJECTION: value}),
+            ))
+        }) as Box<dyn Fn(&mut ClusterView)>
+    };
+    let live = |probe: fn() -> LiveProbe| {
+        Box::new(move |v: &mut ClusterView| v.live = Some(probe())) as Box<dyn Fn(&mut ClusterView)>
+    };
+    let none = || Box::new(|_: &mut ClusterView| {}) as Box<dyn Fn(&mut ClusterView)>;
+    vec![
+        (
+            "ca_bundle_invalid",
+            Severity::Error,
+            Box::new(|v| set_ca_bundle(v, Some(b"not a certificate"))),
+        ),
+        (
+            "ca_bundle_missing",
+            Severity::Error,
+            Box::new(|v| set_ca_bundle(v, None)),
+        ),
+        ("certificate_expiry", Severity::Ok, none()),
+        (
+            "classic_sidecar_not_stopped",
+            Severity::Error,
+            Box::new(|v| {
+                v.native_sidecars = false;
+                let stuck = classic_job_pod(v.now, "stuck", 300);
+                v.pods.as_mut().unwrap().push(stuck);
+            }),
+        ),
+        (
+            "config_invalid",
+            Severity::Error,
+            installed("defaultMode: nope\n"),
+        ),
+        ("config_loaded", Severity::Ok, none()),
+        (
+            "config_missing",
+            Severity::Warning,
+            Box::new(|v| v.config = Some(ConfigSource::Installed(Ok(None)))),
+        ),
+        (
+            "config_unreadable",
+            Severity::Error,
+            Box::new(|v| v.config = Some(ConfigSource::Installed(Err("forbidden".into())))),
+        ),
+        (
+            "deployment_missing",
+            Severity::Error,
+            Box::new(|v| v.deployment = Ok(None)),
+        ),
+        (
+            "deployment_unreadable",
+            Severity::Error,
+            Box::new(|v| v.deployment = Err("forbidden".into())),
+        ),
+        (
+            "endpoint_trusted",
+            Severity::Ok,
+            live(|| LiveProbe::Verified {
+                endpoint: "a:443".into(),
+                validity: None,
+            }),
+        ),
+        (
+            "endpoint_unreachable",
+            Severity::Info,
+            live(|| LiveProbe::Unreachable {
+                endpoint: "a:443".into(),
+                error: "refused".into(),
+            }),
+        ),
+        (
+            "endpoint_untrusted",
+            Severity::Error,
+            live(|| LiveProbe::Untrusted {
+                endpoint: "a:443".into(),
+                error: "UnknownIssuer".into(),
+            }),
+        ),
+        (
+            "front_outdated",
+            Severity::Warning,
+            Box::new(|v| with_front(v, "f1")),
+        ),
+        (
+            "invalid_namespace_label",
+            Severity::Error,
+            labelled("centrall"),
+        ),
+        (
+            "namespace_excluded",
+            Severity::Warning,
+            installed("excludedNamespaces: [shop]\n"),
+        ),
+        (
+            "namespace_not_found",
+            Severity::Warning,
+            Box::new(|v| v.scope = Some("shpo".into())),
+        ),
+        (
+            "namespace_not_selected",
+            Severity::Error,
+            Box::new(|v| {
+                if let Ok(Some(m)) = v.webhook.as_mut() {
+                    m.webhooks.as_mut().unwrap()[0].namespace_selector =
+                        Some(from(json!({"matchLabels": {"only": "this"}})));
+                }
+            }),
+        ),
+        ("namespace_opted_in", Severity::Ok, none()),
+        ("namespace_opted_out", Severity::Info, labelled("disabled")),
+        (
+            "namespaces_unreadable",
+            Severity::Error,
+            Box::new(|v| v.namespaces = Err("forbidden".into())),
+        ),
+        (
+            "csi_nodes_unreadable",
+            Severity::Warning,
+            Box::new(|v| {
+                v.csi_driver = Ok(true);
+                v.csi_nodes = Err("forbidden".into());
+            }),
+        ),
+        (
+            "node_without_csi_driver",
+            Severity::Error,
+            Box::new(|v| {
+                v.csi_driver = Ok(true);
+                v.csi_nodes = Ok(vec![from(
+                    json!({"metadata": {"name": "n1"}, "spec": {"drivers": []}}),
+                )]);
+            }),
+        ),
+        (
+            "node_without_front",
+            Severity::Error,
+            Box::new(|v| {
+                with_front(v, "f2");
+                v.pdp_pods.as_mut().unwrap().pop();
+            }),
+        ),
+        (
+            "node_without_pdp",
+            Severity::Error,
+            Box::new(|v| v.pdp_pods = Ok(vec![pdp_pod("n1", "v2")])),
+        ),
+        (
+            "nodes_unreadable",
+            Severity::Error,
+            Box::new(|v| v.nodes = Err("forbidden".into())),
+        ),
+        ("pdp_daemonset", Severity::Ok, none()),
+        (
+            "pdp_daemonset_missing",
+            Severity::Error,
+            Box::new(|v| v.daemonsets = Ok(vec![])),
+        ),
+        ("pdp_front", Severity::Ok, Box::new(|v| with_front(v, "f2"))),
+        (
+            "pdp_outdated",
+            Severity::Warning,
+            Box::new(|v| v.pdp_pods = Ok(vec![pdp_pod("n1", "v1"), pdp_pod("n2", "v2")])),
+        ),
+        (
+            "pdp_unreadable",
+            Severity::Error,
+            Box::new(|v| v.daemonsets = Err("forbidden".into())),
+        ),
+        (
+            "pods_unreadable",
+            Severity::Error,
+            Box::new(|v| v.pods = Err("forbidden".into())),
+        ),
+        (
+            "serving_cert_invalid",
+            Severity::Error,
+            Box::new(|v| v.serving_cert = Ok(Some(b"not a certificate".to_vec()))),
+        ),
+        ("serving_cert_trusted", Severity::Ok, none()),
+        (
+            "serving_cert_untrusted",
+            Severity::Error,
+            Box::new(|v| {
+                let other =
+                    tlsgen::generate(&tlsgen::service_sans("pdp-injector", "pdp-system"), 365, 90)
+                        .unwrap();
+                v.serving_cert = Ok(Some(other.cert_pem.into_bytes()));
+            }),
+        ),
+        (
+            "serving_secret_missing",
+            Severity::Warning,
+            Box::new(|v| v.serving_cert = Ok(None)),
+        ),
+        (
+            "serving_secret_unreadable",
+            Severity::Info,
+            Box::new(|v| v.serving_cert = Err("forbidden".into())),
+        ),
+        (
+            "webhook_degraded",
+            Severity::Warning,
+            Box::new(|v| with_ready_replicas(v, 1)),
+        ),
+        (
+            "webhook_entry_differs",
+            Severity::Error,
+            Box::new(|v| {
+                if let Ok(Some(m)) = v.webhook.as_mut() {
+                    m.webhooks.as_mut().unwrap()[0].failure_policy = Some("Ignore".into());
+                }
+            }),
+        ),
+        (
+            "webhook_entry_missing",
+            Severity::Error,
+            Box::new(|v| {
+                if let Ok(Some(m)) = v.webhook.as_mut() {
+                    m.webhooks.as_mut().unwrap().remove(1);
+                }
+            }),
+        ),
+        (
+            "webhook_missing",
+            Severity::Error,
+            Box::new(|v| v.webhook = Ok(None)),
+        ),
+        (
+            "webhook_not_ready",
+            Severity::Error,
+            Box::new(|v| with_ready_replicas(v, 0)),
+        ),
+        ("webhook_ready", Severity::Ok, none()),
+        ("webhook_registered", Severity::Ok, none()),
+        (
+            "webhook_unreadable",
+            Severity::Error,
+            Box::new(|v| v.webhook = Err("forbidden".into())),
+        ),
+    ]
+}
+
+#[test]
+fn every_finding_code_is_produced_by_its_fixture() {
+    let table = every_code();
+    let rows: BTreeSet<&str> = table.iter().map(|(code, _, _)| *code).collect();
+    let all: BTreeSet<&str> = Code::ALL.iter().map(|c| c.code()).collect();
+    assert_eq!(rows, all, "the table and FindingCode::ALL differ");
+    assert_eq!(rows.len(), table.len(), "a code has two rows");
+    for (code, severity, change) in &table {
+        let mut v = in_order();
+        change(&mut v);
+        let r = analyse(&v);
+        let f = find(&r, code);
+        assert_eq!(f.severity, *severity, "{code}: {}", r.to_text(false));
+        // A fault is reported as one: exit status 1 with any error.
+        assert_eq!(
+            r.exit_code() == 1,
+            !codes(&r, Severity::Error).is_empty(),
+            "{code}: {}",
+            r.to_text(false)
+        );
+    }
+}
+
+#[test]
+fn a_missing_or_invalid_ca_bundle_or_secret_and_a_missing_entry_are_said_precisely() {
+    let mut v = in_order();
+    set_ca_bundle(&mut v, None);
+    let r = analyse(&v);
+    assert_eq!(r.exit_code(), 1);
+    assert!(
+        find(&r, "ca_bundle_missing")
+            .message
+            .contains("cannot trust")
+    );
+    // Without a caBundle the Secret's certificate cannot be judged trusted.
+    assert!(!r.to_text(false).contains("serving_cert_trusted"));
+
+    let mut v = in_order();
+    set_ca_bundle(
+        &mut v,
+        Some(b"-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"),
+    );
+    let r = analyse(&v);
+    assert_eq!(find(&r, "ca_bundle_invalid").subject, "caBundle");
+    assert_eq!(r.exit_code(), 1);
+
+    let mut v = in_order();
+    let second = ENTRIES[1].0;
+    if let Ok(Some(m)) = v.webhook.as_mut() {
+        m.webhooks.as_mut().unwrap().retain(|w| w.name != second);
+    }
+    let r = analyse(&v);
+    let f = find(&r, "webhook_entry_missing");
+    assert!(f.message.contains(second), "{}", f.message);
+    assert!(f.fix.is_some());
+    assert!(!r.to_text(false).contains("webhook_registered"));
+
+    let mut v = in_order();
+    v.serving_cert = Ok(None);
+    let r = analyse(&v);
+    let f = find(&r, "serving_secret_missing");
+    assert_eq!(f.subject, "Secret pdp-system/pdp-injector-tls");
+    // The live endpoint verified by the caBundle makes the missing Secret a note, not a warning.
+    v.live = Some(LiveProbe::Verified {
+        endpoint: "a:443".into(),
+        validity: None,
+    });
+    assert_eq!(
+        find(&analyse(&v), "serving_secret_missing").severity,
+        Severity::Info
     );
 }
