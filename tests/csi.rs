@@ -36,11 +36,91 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        // A failed test must not leave a mount behind (nor remove_dir_all through one).
-        let _ =
-            rustix::mount::unmount(self.target().as_path(), rustix::mount::UnmountFlags::DETACH);
+        // A failed test must not leave a mount behind (nor remove_dir_all through one): every mount point below
+        // the directory, deepest first.
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut points: Vec<&str> = info
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .filter(|p| Path::new(p).starts_with(&self.0))
+            .collect();
+        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        for point in points {
+            let _ = rustix::mount::unmount(point, rustix::mount::UnmountFlags::DETACH);
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// The target of volume `name` of Pod `uid`, its parent created as the kubelet does.
+fn pod_target(dir: &TempDir, uid: &str, name: &str) -> PathBuf {
+    let volume = dir.0.join(format!(
+        "kubelet/pods/{uid}/volumes/kubernetes.io~csi/{name}"
+    ));
+    std::fs::create_dir_all(&volume).unwrap();
+    volume.join("mount")
+}
+
+/// Whether this test may mount (root); otherwise it says why it cannot run.
+fn can_mount() -> bool {
+    if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) != 0 {
+        cannot_run("a bind mount needs root");
+        return false;
+    }
+    true
+}
+
+/// The mount points below `dir` now.
+fn mounts_below(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|p| Path::new(p).starts_with(dir))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A running plugin: stopping it waits for it to end.
+struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// Starts the plugin; returns once it serves (its registration socket, bound after the CSI socket and removed
+/// at its stop, is there).
+async fn start(f: CsiNodeFlags) -> Running {
+    let reg = f.registration_socket();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(csi::run(f, async {
+        let _ = stopped.await;
+    }));
+    until_socket(&reg).await;
+    Running { stop, task }
+}
+
+impl Running {
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// The node's front: a socket in the profile's directory that answers each connection with "pdp".
+fn front(dir: &TempDir) -> PathBuf {
+    let socket = dir.0.join("cerbos/cerbos.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        while let Ok((mut s, _)) = listener.accept().await {
+            let _ = s.write_all(b"pdp").await;
+        }
+    });
+    socket
 }
 
 fn flags(dir: &TempDir) -> CsiNodeFlags {
@@ -57,6 +137,8 @@ fn flags(dir: &TempDir) -> CsiNodeFlags {
         ],
         ready_timeout: Duration::from_secs(5),
         ready_interval: Duration::from_millis(20),
+        max_volumes_per_pod: 4,
+        max_volumes_per_node: 1024,
     }
 }
 
@@ -73,6 +155,15 @@ async fn call<Req: Message, Resp: Message + Default>(
     let stream = UnixStream::connect(socket)
         .await
         .map_err(|e| Failed(-1, e.to_string()))?;
+    call_on(stream, method, request).await
+}
+
+/// One unary call over a connected stream.
+async fn call_on<Req: Message, Resp: Message + Default>(
+    stream: UnixStream,
+    method: &str,
+    request: &Req,
+) -> Result<Resp, Failed> {
     let (mut sender, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
             .await
@@ -361,4 +452,265 @@ async fn a_published_volume_is_the_socket_directory_read_only_and_unpublishing_l
         .unwrap()
         .unwrap()
         .unwrap();
+}
+
+/// A stream to `path` connected by a thread running as `uid` (its kernel credentials, which SO_PEERCRED reports,
+/// are per thread); the thread ends right after, and the stream is this test's.
+fn connect_as(uid: u32, path: &Path) -> UnixStream {
+    let path = path.to_path_buf();
+    let stream = std::thread::spawn(move || {
+        rustix::thread::set_thread_res_uid(None, rustix::thread::Uid::from_raw(uid), None)
+            .expect("setresuid of one thread");
+        std::os::unix::net::UnixStream::connect(&path)
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    stream.set_nonblocking(true).unwrap();
+    UnixStream::from_std(stream).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_other_than_root_is_refused_on_both_sockets() {
+    if !can_mount() {
+        return;
+    }
+    let dir = TempDir::new("peer");
+    let f = flags(&dir);
+    let (reg, sock) = (f.registration_socket(), f.csi_socket());
+    let plugin = start(f).await;
+    until_socket(&reg).await;
+    // Say the sockets' mode were widened, or the caller had CAP_DAC_OVERRIDE: the peer check alone is left.
+    for s in [&reg, &sock] {
+        std::fs::set_permissions(s, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    }
+    let refused = |e: Failed| {
+        assert_eq!(e.0, 7, "PERMISSION_DENIED expected: {e:?}");
+        assert!(e.1.contains("uid 65534"), "{e:?}");
+    };
+    refused(
+        call_on::<_, NodeGetInfoResponse>(
+            connect_as(65534, &sock),
+            "/csi.v1.Node/NodeGetInfo",
+            &NodeGetInfoRequest {},
+        )
+        .await
+        .unwrap_err(),
+    );
+    refused(
+        call_on::<_, NodePublishVolumeResponse>(
+            connect_as(65534, &sock),
+            "/csi.v1.Node/NodePublishVolume",
+            &publish_request(&dir.target()),
+        )
+        .await
+        .unwrap_err(),
+    );
+    refused(
+        call_on::<_, PluginInfo>(
+            connect_as(65534, &reg),
+            "/pluginregistration.Registration/GetInfo",
+            &InfoRequest {},
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert!(
+        !dir.target().exists(),
+        "the refused publish created nothing"
+    );
+    // The kubelet (root) is served as before.
+    let node: NodeGetInfoResponse = call(&sock, "/csi.v1.Node/NodeGetInfo", &NodeGetInfoRequest {})
+        .await
+        .unwrap();
+    assert_eq!(node.node_id, "node-1");
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_beyond_the_bounds_per_pod_and_per_node_are_refused() {
+    if !can_mount() {
+        return;
+    }
+    let dir = TempDir::new("bounds");
+    front(&dir);
+    let mut f = flags(&dir);
+    (f.max_volumes_per_pod, f.max_volumes_per_node) = (2, 3);
+    let sock = f.csi_socket();
+    let plugin = start(f).await;
+    let publish = |uid: &str, name: &str| {
+        let mut r = publish_request(&pod_target(&dir, uid, name));
+        r.volume_id = format!("csi-{uid}-{name}");
+        r
+    };
+    let publish_call = async |uid: &str, name: &str| {
+        call::<_, NodePublishVolumeResponse>(
+            &sock,
+            "/csi.v1.Node/NodePublishVolume",
+            &publish(uid, name),
+        )
+        .await
+        .map(|_| ())
+    };
+    let exhausted = |e: Failed, says: &str| {
+        assert_eq!(e.0, 8, "RESOURCE_EXHAUSTED expected: {e:?}");
+        assert!(e.1.contains(says), "{says}: {e:?}");
+    };
+    publish_call("uid1", "v0").await.unwrap();
+    publish_call("uid1", "v1").await.unwrap();
+    exhausted(
+        publish_call("uid1", "v2").await.unwrap_err(),
+        "Pod uid1 already has 2 volumes",
+    );
+    publish_call("uid2", "v0").await.unwrap();
+    exhausted(
+        publish_call("uid3", "v0").await.unwrap_err(),
+        "this node already has 3 volumes",
+    );
+    for refused in [("uid1", "v2"), ("uid3", "v0")] {
+        assert!(
+            !pod_target(&dir, refused.0, refused.1).exists(),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(mounts_below(&dir.0).len(), 3);
+    // An unpublished volume gives its place back.
+    let _: NodeUnpublishVolumeResponse = call(
+        &sock,
+        "/csi.v1.Node/NodeUnpublishVolume",
+        &NodeUnpublishVolumeRequest {
+            volume_id: "csi-uid2-v0".into(),
+            target_path: pod_target(&dir, "uid2", "v0").display().to_string(),
+        },
+    )
+    .await
+    .unwrap();
+    publish_call("uid3", "v0").await.unwrap();
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_volume_it_published_is_unpublished_even_after_a_restart() {
+    if !can_mount() {
+        return;
+    }
+    let dir = TempDir::new("owned");
+    front(&dir);
+    let plugin = start(flags(&dir)).await;
+    let sock = flags(&dir).csi_socket();
+    let ours = dir.target();
+    let _: NodePublishVolumeResponse = call(
+        &sock,
+        "/csi.v1.Node/NodePublishVolume",
+        &publish_request(&ours),
+    )
+    .await
+    .unwrap();
+    // Another driver's volume of another Pod, mounted; and a directory of a third Pod, not mounted.
+    let theirs = pod_target(&dir, "uid2", "data");
+    std::fs::create_dir(&theirs).unwrap();
+    rustix::mount::mount(
+        "tmpfs",
+        theirs.as_path(),
+        "tmpfs",
+        rustix::mount::MountFlags::empty(),
+        None,
+    )
+    .unwrap();
+    std::fs::write(theirs.join("file"), b"kept").unwrap();
+    let plain = pod_target(&dir, "uid3", "data");
+    std::fs::create_dir(&plain).unwrap();
+    let unpublish = |target: &Path| NodeUnpublishVolumeRequest {
+        volume_id: "csi-0123".into(),
+        target_path: target.display().to_string(),
+    };
+    for target in [&theirs, &plain] {
+        let err = call::<_, NodeUnpublishVolumeResponse>(
+            &sock,
+            "/csi.v1.Node/NodeUnpublishVolume",
+            &unpublish(target),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.0, 7, "PERMISSION_DENIED expected: {err:?}");
+        assert!(err.1.contains("not published by this plugin"), "{err:?}");
+    }
+    assert_eq!(std::fs::read(theirs.join("file")).unwrap(), b"kept");
+    assert!(mounts_below(&dir.0).contains(&theirs.display().to_string()));
+    assert!(plain.is_dir());
+
+    // A new process knows what the old one published.
+    plugin.stop().await;
+    let plugin = start(flags(&dir)).await;
+    let _: NodeUnpublishVolumeResponse =
+        call(&sock, "/csi.v1.Node/NodeUnpublishVolume", &unpublish(&ours))
+            .await
+            .unwrap();
+    assert!(!ours.exists());
+    assert!(!mounts_below(&dir.0).contains(&ours.display().to_string()));
+    // Gone already: success again (the kubelet retries).
+    let _: NodeUnpublishVolumeResponse =
+        call(&sock, "/csi.v1.Node/NodeUnpublishVolume", &unpublish(&ours))
+            .await
+            .unwrap();
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_swapped_in_while_the_gate_waits_redirects_no_mount() {
+    if !can_mount() {
+        return;
+    }
+    let dir = TempDir::new("swap");
+    let elsewhere = dir.0.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let volume = dir
+        .0
+        .join("kubelet/pods/uid1/volumes/kubernetes.io~csi/pdp");
+    // The PDP's first health answer comes after the volume's directory was swapped for a link elsewhere.
+    let listener = tokio::net::UnixListener::bind(dir.0.join("cerbos/cerbos.sock")).unwrap();
+    let (swap_volume, swap_to) = (volume.clone(), elsewhere.clone());
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut first = true;
+        while let Ok((mut s, _)) = listener.accept().await {
+            let _ = s.read(&mut [0u8; 512]).await;
+            let status = if first {
+                std::fs::rename(&swap_volume, swap_volume.with_extension("moved")).unwrap();
+                std::os::unix::fs::symlink(&swap_to, &swap_volume).unwrap();
+                first = false;
+                "503 Service Unavailable"
+            } else {
+                "200 OK"
+            };
+            let _ = s
+                .write_all(format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n").as_bytes())
+                .await;
+        }
+    });
+    let mut f = flags(&dir);
+    f.profiles = vec![
+        csi::profile_flag(&format!(
+            "name=cerbos,dir={},ready-socket=cerbos.sock,ready-path=/health",
+            dir.0.join("cerbos").display()
+        ))
+        .unwrap(),
+    ];
+    let sock = f.csi_socket();
+    let plugin = start(f).await;
+    let err = call::<_, NodePublishVolumeResponse>(
+        &sock,
+        "/csi.v1.Node/NodePublishVolume",
+        &publish_request(&dir.target()),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.0, 3, "INVALID_ARGUMENT expected: {err:?}");
+    assert!(err.1.contains("symbolic link"), "{err:?}");
+    assert!(
+        !elsewhere.join("mount").exists(),
+        "nothing created through the link"
+    );
+    assert_eq!(mounts_below(&dir.0), Vec::<String>::new());
+    plugin.stop().await;
 }

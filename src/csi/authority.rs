@@ -334,10 +334,15 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FixAuthority<S> {
     }
 }
 
-impl<S> tonic::transport::server::Connected for FixAuthority<S> {
-    type ConnectInfo = ();
+/// The connection's own information (a Unix socket's peer credentials), which the routes check.
+impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
+    for FixAuthority<S>
+{
+    type ConnectInfo = S::ConnectInfo;
 
-    fn connect_info(&self) -> Self::ConnectInfo {}
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@ use tokio::net::UnixListener;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::body::Body;
+use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
+use tracing::warn;
 
 use super::authority::FixAuthority;
 
@@ -39,6 +41,10 @@ impl tower_service::Service<http::Request<Body>> for Routes {
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let path = request.uri().path().to_string();
+        if let Err(status) = caller_allowed(&request) {
+            warn!(method = path, reason = status.message(), "caller refused");
+            return Box::pin(async move { Ok(status.into_http()) });
+        }
         match (self.0)(&path, request) {
             Some(answer) => Box::pin(async move { Ok(answer.await) }),
             None => {
@@ -47,6 +53,28 @@ impl tower_service::Service<http::Request<Body>> for Routes {
             }
         }
     }
+}
+
+/// Serves the kubelet alone: the caller's uid (`SO_PEERCRED`, taken by the kernel at connect) must be 0, the
+/// kubelet's, or this plugin's own; anyone else, even one who could open the socket, is PermissionDenied.
+fn caller_allowed(request: &http::Request<Body>) -> Result<(), Status> {
+    let Some(cred) = request
+        .extensions()
+        .get::<UdsConnectInfo>()
+        .and_then(|info| info.peer_cred)
+    else {
+        return Err(Status::permission_denied(
+            "the caller's credentials are unknown: only the kubelet (uid 0) is served",
+        ));
+    };
+    let uid = cred.uid();
+    if uid == 0 || uid == rustix::process::geteuid().as_raw() {
+        return Ok(());
+    }
+    Err(Status::permission_denied(format!(
+        "the caller (uid {uid}, pid {}) is not the kubelet: only uid 0 is served",
+        cred.pid().map_or("unknown".into(), |p| p.to_string())
+    )))
 }
 
 /// One unary call: decodes `Req`, runs `handler`, encodes its answer or its status.

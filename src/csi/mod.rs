@@ -9,7 +9,10 @@
 //!   NodeGetCapabilities, NodePublishVolume, NodeUnpublishVolume; the rest is Unimplemented);
 //! - `NodePublishVolume` bind-mounts an admin-configured directory (a `--profile`, by default Cerbos's
 //!   `/var/run/cerbos`) read-only at the target path, once the node's PDP answers through the front
-//!   ([`gate`]). Nothing in the request chooses the source: the only volume attribute is `profile`, a name.
+//!   ([`gate`]). Nothing in the request chooses the source: the only volume attribute is `profile`, a name;
+//! - only the kubelet is served (the caller's uid from `SO_PEERCRED` must be 0, or the plugin's own), at most
+//!   `--max-volumes-per-pod` and `--max-volumes-per-node` volumes are published, and only what this plugin
+//!   published (its records, [`published`]) is unpublished.
 //!
 //! **gRPC: tonic, messages hand-written with prost's derive, no code generation.** The plugin serves ten small
 //! unary RPCs. Generating code at build time needs `protoc` (not on a fresh CI machine) or a pure-Rust compiler
@@ -22,8 +25,8 @@
 //!
 //! The files: [`proto`] (messages), [`grpc`] (routing and serving), [`authority`] (the kubelet's `:authority`,
 //! mended before h2 reads it), [`node`] (the RPCs), [`target`] (which
-//! target paths are accepted; pure), [`mount`] (the walk and the read-only bind mount), [`gate`] (the wait for
-//! the node's PDP).
+//! target paths are accepted; pure), [`mount`] (the walk and the read-only bind mount), [`published`] (the
+//! records of published volumes), [`gate`] (the wait for the node's PDP).
 
 pub mod authority;
 pub mod gate;
@@ -31,6 +34,7 @@ pub mod grpc;
 pub mod mount;
 pub mod node;
 pub mod proto;
+pub mod published;
 pub mod target;
 
 use std::path::PathBuf;
@@ -67,6 +71,12 @@ pub struct CsiNodeFlags {
     /// How often the gate asks the node's PDP again.
     #[arg(long, env = "PDP_CSI_READY_INTERVAL", default_value = "250ms", value_parser = duration_flag)]
     pub ready_interval: Duration,
+    /// The most volumes of this driver one Pod may have (one per profile is what the injector adds); beyond, NodePublishVolume fails (ResourceExhausted).
+    #[arg(long, env = "PDP_CSI_MAX_VOLUMES_PER_POD", default_value_t = 4)]
+    pub max_volumes_per_pod: usize,
+    /// The most volumes of this driver the node may have, published or being published; beyond, NodePublishVolume fails (ResourceExhausted).
+    #[arg(long, env = "PDP_CSI_MAX_VOLUMES_PER_NODE", default_value_t = 1024)]
+    pub max_volumes_per_node: usize,
 }
 
 /// Parses a `--profile` value.
@@ -141,6 +151,14 @@ impl CsiNodeFlags {
             .join("csi.sock")
     }
 
+    /// Where the records of published volumes are kept: next to the CSI socket, on the node.
+    pub fn state_dir(&self) -> PathBuf {
+        self.kubelet_dir
+            .join("plugins")
+            .join(&self.driver)
+            .join("published")
+    }
+
     /// The registration socket the kubelet's plugin watcher finds.
     pub fn registration_socket(&self) -> PathBuf {
         self.kubelet_dir
@@ -162,6 +180,11 @@ impl CsiNodeFlags {
         if self.ready_interval.is_zero() || self.ready_timeout.is_zero() {
             return Err("--ready-timeout and --ready-interval must be more than 0s".into());
         }
+        if self.max_volumes_per_pod == 0 || self.max_volumes_per_node == 0 {
+            return Err(
+                "--max-volumes-per-pod and --max-volumes-per-node must be at least 1".into(),
+            );
+        }
         Ok(Settings {
             driver: self.driver.clone(),
             node_id: self.node_id.clone(),
@@ -170,6 +193,9 @@ impl CsiNodeFlags {
             ready_timeout: self.ready_timeout,
             ready_interval: self.ready_interval,
             endpoint: self.csi_socket(),
+            state_dir: self.state_dir(),
+            max_volumes_per_pod: self.max_volumes_per_pod,
+            max_volumes_per_node: self.max_volumes_per_node,
         })
     }
 }

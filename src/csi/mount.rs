@@ -1,18 +1,21 @@
-//! The file system side of publishing: walking the target's parents without following a link, and the
-//! read-only bind mount, with rustix's safe `mount(2)` wrappers (the crate forbids unsafe code).
+//! The file system side of publishing: walking to the target without following a link, and the read-only bind
+//! mount, with rustix's safe wrappers (the crate forbids unsafe code).
 //!
-//! The mount is made on `/proc/self/fd/N` of a directory opened with `O_PATH | O_NOFOLLOW`, as runc does: the
-//! directory checked is the directory mounted on, even if a path component were swapped in between. A bind
-//! mount ignores `MS_RDONLY` in the call that creates it, so it is made read-only by a second call, a remount
-//! of the new mount (`MS_REMOUNT | MS_BIND | MS_RDONLY`, with nosuid, nodev, noexec), on a descriptor opened
-//! after the bind (it names the new mount's root, never the kubelet's file system below it).
+//! **No path is used after it is checked.** The walk opens each directory from the kubelet's pods directory down
+//! to the target's parent with `openat(O_PATH | O_DIRECTORY | O_NOFOLLOW)` on the descriptor of the one above
+//! ([`open_parent`]): the check is the open. The target is then made, found, mounted on, unmounted and removed
+//! through that parent's descriptor ([`Dir`]), and `mount(2)` is given `/proc/self/fd/N` of a descriptor, as runc
+//! does, so a link swapped into the path at any moment redirects nothing. A bind mount ignores `MS_RDONLY` in the
+//! call that creates it, so it is made read-only by a second call, a remount of the new mount (`MS_REMOUNT |
+//! MS_BIND | MS_RDONLY`, with nosuid, nodev, noexec), on a descriptor opened after the bind (it names the new
+//! mount's root, never the kubelet's file system below it).
 
 use std::io;
-use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
 
+use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
 use rustix::mount::{MountFlags, UnmountFlags};
-use std::os::unix::fs::OpenOptionsExt;
 
 /// Why the target's directories cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -28,91 +31,156 @@ pub enum WalkError {
     Io { path: PathBuf, source: io::Error },
 }
 
-/// Checks every directory from `pods_dir` (excluded: the kubelet's own) down to the target's parent with
-/// `symlink_metadata`: each must exist and be a directory, not a link.
-pub fn walk_to_parent(pods_dir: &Path, target: &Path) -> Result<(), WalkError> {
-    let Some(parent) = target.parent() else {
-        return Err(WalkError::NotADirectory(target.to_path_buf()));
-    };
-    let Ok(below) = parent.strip_prefix(pods_dir) else {
-        return Err(WalkError::NotADirectory(parent.to_path_buf()));
-    };
-    let mut at = pods_dir.to_path_buf();
+impl WalkError {
+    fn at(path: PathBuf, e: rustix::io::Errno) -> WalkError {
+        match e {
+            rustix::io::Errno::NOENT => WalkError::Missing(path),
+            rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => WalkError::NotADirectory(path),
+            e => WalkError::Io {
+                path,
+                source: e.into(),
+            },
+        }
+    }
+}
+
+/// A directory held open (`O_PATH`): what is done below it is done in this directory, wherever it is now.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+const DIR_FLAGS: OFlags = OFlags::PATH
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// Opens the target's parent, one directory at a time from `pods_dir` (the kubelet's own, opened as it is),
+/// each refused if it is a link or not a directory.
+pub fn open_parent(pods_dir: &Path, target: &Path) -> Result<Dir, WalkError> {
+    let not_below = || WalkError::NotADirectory(target.to_path_buf());
+    let below = target
+        .parent()
+        .ok_or_else(not_below)?
+        .strip_prefix(pods_dir)
+        .map_err(|_| not_below())?;
+    let mut fd = rustix::fs::open(
+        pods_dir,
+        DIR_FLAGS.difference(OFlags::NOFOLLOW),
+        Mode::empty(),
+    )
+    .map_err(|e| WalkError::at(pods_dir.to_path_buf(), e))?;
+    let mut path = pods_dir.to_path_buf();
     for part in below.components() {
-        at.push(part);
-        match std::fs::symlink_metadata(&at) {
-            Ok(meta) if meta.file_type().is_dir() => {}
-            Ok(_) => return Err(WalkError::NotADirectory(at)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(WalkError::Missing(at)),
-            Err(source) => return Err(WalkError::Io { path: at, source }),
-        }
+        let Component::Normal(name) = part else {
+            return Err(not_below());
+        };
+        path.push(name);
+        fd = rustix::fs::openat(&fd, name, DIR_FLAGS, Mode::empty())
+            .map_err(|e| WalkError::at(path.clone(), e))?;
     }
-    Ok(())
+    Ok(Dir { fd, path })
 }
 
-/// Creates the target directory (mode 0750) unless it exists; an existing one must be a real directory.
-pub fn make_target(target: &Path) -> Result<(), WalkError> {
-    match std::fs::symlink_metadata(target) {
-        Ok(meta) if meta.file_type().is_dir() => Ok(()),
-        Ok(_) => Err(WalkError::NotADirectory(target.to_path_buf())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o750)
-                .create(target)
-                .map_err(|source| WalkError::Io {
-                    path: target.to_path_buf(),
-                    source,
+impl Dir {
+    /// The path this directory had when it was opened (for messages).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn open_child(&self, name: &str) -> Result<OwnedFd, WalkError> {
+        rustix::fs::openat(&self.fd, name, DIR_FLAGS, Mode::empty())
+            .map_err(|e| WalkError::at(self.path.join(name), e))
+    }
+
+    /// Whether `name` exists here (a link or a file counts: it is not to be touched either).
+    pub fn has(&self, name: &str) -> io::Result<bool> {
+        match rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(_) => Ok(true),
+            Err(rustix::io::Errno::NOENT) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Creates the directory `name` (mode 0750) unless it exists; an existing one must be a real directory.
+    /// Returns whether it was created.
+    pub fn make_child(&self, name: &str) -> Result<bool, WalkError> {
+        match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(0o750)) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::EXIST) => self.open_child(name).map(|_| false),
+            Err(e) => Err(WalkError::at(self.path.join(name), e)),
+        }
+    }
+
+    /// Removes the empty directory `name`; one already gone is no error.
+    pub fn remove_child(&self, name: &str) -> io::Result<()> {
+        match rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Whether the directory `name` is a mount point: its mount is not this directory's (`statx` mount IDs).
+    pub fn is_mount_point(&self, name: &str) -> Result<bool, WalkError> {
+        let child = match self.open_child(name) {
+            Ok(child) => child,
+            Err(WalkError::Missing(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let id = |fd: &OwnedFd, path: PathBuf| {
+            rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)
+                .map(|s| s.stx_mnt_id)
+                .map_err(|e| WalkError::Io {
+                    path,
+                    source: e.into(),
                 })
-        }
-        Err(source) => Err(WalkError::Io {
-            path: target.to_path_buf(),
-            source,
-        }),
+        };
+        Ok(id(&child, self.path.join(name))? != id(&self.fd, self.path.clone())?)
     }
 }
 
-/// Opens a directory as a path handle (`O_PATH`: no read access needed), refusing a link at the last component.
-fn open_dir(path: &Path) -> io::Result<std::fs::File> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
+fn fd_path(fd: impl AsFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())
 }
 
-fn fd_path(fd: &std::fs::File) -> String {
-    format!("/proc/self/fd/{}", fd.as_raw_fd())
+fn io_error(e: WalkError) -> io::Error {
+    match e {
+        WalkError::Io { source, .. } => source,
+        e => io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+    }
 }
 
-/// Bind-mounts `source` on `target`, read-only (nosuid, nodev, noexec). On a failed remount the bind is undone:
-/// the volume is never left writable.
-pub fn bind_read_only(source: &Path, target: &Path) -> io::Result<()> {
-    let under = open_dir(target)?;
+/// Bind-mounts `source` on the directory `name` in `parent`, read-only (nosuid, nodev, noexec). On a failed
+/// remount the bind is undone: the volume is never left writable.
+pub fn bind_read_only(source: &Path, parent: &Dir, name: &str) -> io::Result<()> {
+    let under = parent.open_child(name).map_err(io_error)?;
     rustix::mount::mount_bind(source, fd_path(&under).as_str())?;
-    let top = open_dir(target);
-    let remounted = top.and_then(|top| {
-        Ok(rustix::mount::mount_remount(
-            fd_path(&top).as_str(),
-            MountFlags::BIND
-                | MountFlags::RDONLY
-                | MountFlags::NOSUID
-                | MountFlags::NODEV
-                | MountFlags::NOEXEC,
-            "",
-        )?)
-    });
-    if let Err(e) = remounted {
-        let _ = rustix::mount::unmount(target, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW);
-        return Err(e);
+    let flags = MountFlags::BIND
+        | MountFlags::RDONLY
+        | MountFlags::NOSUID
+        | MountFlags::NODEV
+        | MountFlags::NOEXEC;
+    match parent.open_child(name) {
+        Ok(top) => rustix::mount::mount_remount(fd_path(&top).as_str(), flags, "").map_err(|e| {
+            let _ = rustix::mount::unmount(fd_path(&top).as_str(), UnmountFlags::DETACH);
+            e.into()
+        }),
+        Err(e) => {
+            // The new mount cannot be opened (no descriptor left?): undone by its path, the last resort.
+            let at = parent.path.join(name);
+            let _ = rustix::mount::unmount(&at, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW);
+            Err(io_error(e))
+        }
     }
-    Ok(())
 }
 
-/// Unmounts `target` (not following a link).
-pub fn unmount(target: &Path) -> io::Result<()> {
-    Ok(rustix::mount::unmount(target, UnmountFlags::NOFOLLOW)?)
-}
-
-/// Whether `target` is a mount point now (`/proc/self/mountinfo`).
-pub fn is_mounted(target: &Path) -> io::Result<bool> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(super::target::mounted_at(&info, target))
+/// Unmounts the mount on the directory `name` in `parent`. Detached (`MNT_DETACH`): the descriptor that names
+/// the mount holds it busy until it is closed, right after.
+pub fn unmount(parent: &Dir, name: &str) -> io::Result<()> {
+    let top = parent.open_child(name).map_err(io_error)?;
+    Ok(rustix::mount::unmount(
+        fd_path(&top).as_str(),
+        UnmountFlags::DETACH,
+    )?)
 }

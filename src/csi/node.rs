@@ -2,7 +2,8 @@
 //! checks and does. A request is answered with the gRPC code the CSI spec gives its failure: a malformed or
 //! refused request InvalidArgument, a missing directory of the kubelet's NotFound, a socket directory that does
 //! not exist FailedPrecondition, a PDP that does not answer within the gate's bound Unavailable (the kubelet
-//! retries), an operation already running on the same target Aborted.
+//! retries), an operation already running on the same target Aborted, a volume beyond the bounds per Pod or per
+//! node ResourceExhausted, and the unpublish of a volume this plugin did not publish PermissionDenied.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -13,9 +14,10 @@ use tonic::Status;
 use tracing::{info, warn};
 
 use super::gate::{self, Ready};
-use super::mount::{self, WalkError};
+use super::mount::{self, Dir, WalkError};
 use super::proto::*;
-use super::target::{self, BadTarget};
+use super::published::{Published, Refused};
+use super::target::{self, BadTarget, MOUNT_DIR, Target};
 
 /// The volume attribute that names a profile; the only attribute a Pod may set.
 pub const PROFILE_ATTRIBUTE: &str = "profile";
@@ -56,35 +58,44 @@ pub struct Settings {
     pub ready_interval: Duration,
     /// The CSI socket as the kubelet dials it (PluginInfo.endpoint).
     pub endpoint: PathBuf,
+    /// Where the records of published volumes are kept ([`super::published`]).
+    pub state_dir: PathBuf,
+    /// The most volumes of this driver one Pod may have.
+    pub max_volumes_per_pod: usize,
+    /// The most volumes of this driver the node may have.
+    pub max_volumes_per_node: usize,
 }
 
 /// The plugin: its settings and the targets with an operation in progress.
 pub struct Plugin {
     settings: Settings,
     busy: Mutex<HashSet<PathBuf>>,
+    /// What this plugin published: what it may unpublish, and what counts against the bounds.
+    published: Published,
     /// How a published volume is mounted (a fake in unit tests run without root).
     mounter: Box<dyn Mounter>,
 }
 
-/// The mount operations, behind a trait so that the request handling is tested without root.
+/// The mount operations on the directory `name` of a target's parent, behind a trait so that the request
+/// handling is tested without root.
 pub trait Mounter: Send + Sync {
-    fn is_mounted(&self, target: &Path) -> std::io::Result<bool>;
-    fn bind_read_only(&self, source: &Path, target: &Path) -> std::io::Result<()>;
-    fn unmount(&self, target: &Path) -> std::io::Result<()>;
+    fn is_mounted(&self, parent: &Dir, name: &str) -> Result<bool, WalkError>;
+    fn bind_read_only(&self, source: &Path, parent: &Dir, name: &str) -> std::io::Result<()>;
+    fn unmount(&self, parent: &Dir, name: &str) -> std::io::Result<()>;
 }
 
 /// The real mounts ([`super::mount`]).
 pub struct SystemMounter;
 
 impl Mounter for SystemMounter {
-    fn is_mounted(&self, target: &Path) -> std::io::Result<bool> {
-        mount::is_mounted(target)
+    fn is_mounted(&self, parent: &Dir, name: &str) -> Result<bool, WalkError> {
+        parent.is_mount_point(name)
     }
-    fn bind_read_only(&self, source: &Path, target: &Path) -> std::io::Result<()> {
-        mount::bind_read_only(source, target)
+    fn bind_read_only(&self, source: &Path, parent: &Dir, name: &str) -> std::io::Result<()> {
+        mount::bind_read_only(source, parent, name)
     }
-    fn unmount(&self, target: &Path) -> std::io::Result<()> {
-        mount::unmount(target)
+    fn unmount(&self, parent: &Dir, name: &str) -> std::io::Result<()> {
+        mount::unmount(parent, name)
     }
 }
 
@@ -118,10 +129,44 @@ fn target_status(e: BadTarget) -> Status {
     Status::invalid_argument(e.to_string())
 }
 
+fn refused_status(e: Refused) -> Status {
+    match e {
+        Refused::Io { .. } => Status::internal(e.to_string()),
+        e => Status::resource_exhausted(e.to_string()),
+    }
+}
+
+fn record_status(target: &Target) -> impl FnOnce(std::io::Error) -> Status + '_ {
+    move |e| Status::internal(format!("the record of {}: {e}", target.path.display()))
+}
+
+/// Drops a new record when the publish it was made for fails, however it fails.
+struct Reserved<'a> {
+    published: &'a Published,
+    target: &'a Target,
+    kept: bool,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        if !self.kept
+            && let Err(e) = self.published.remove(self.target)
+        {
+            warn!(target = %self.target.path.display(), error = %e, "cannot drop the record of a failed publish");
+        }
+    }
+}
+
 impl Plugin {
     /// A plugin with the given mounts.
     pub fn new(settings: Settings, mounter: Box<dyn Mounter>) -> Plugin {
         Plugin {
+            published: Published::new(
+                settings.state_dir.clone(),
+                settings.pods_dir.clone(),
+                settings.max_volumes_per_pod,
+                settings.max_volumes_per_node,
+            ),
             settings,
             busy: Mutex::new(HashSet::new()),
             mounter,
@@ -303,15 +348,38 @@ impl Plugin {
         let profile = self.profile(&request.volume_context)?.clone();
         let target = target::check_target(&request.target_path, &self.settings.pods_dir)
             .map_err(target_status)?;
-        let _busy = self.claim(&target)?;
-        mount::walk_to_parent(&self.settings.pods_dir, &target).map_err(walk_status)?;
-        if self
+        let _busy = self.claim(&target.path)?;
+        let parent =
+            mount::open_parent(&self.settings.pods_dir, &target.path).map_err(walk_status)?;
+        let known = self
+            .published
+            .has(&target)
+            .map_err(record_status(&target))?;
+        let mounted = self
             .mounter
-            .is_mounted(&target)
-            .map_err(|e| Status::internal(e.to_string()))?
-        {
-            return Ok(NodePublishVolumeResponse {});
+            .is_mounted(&parent, MOUNT_DIR)
+            .map_err(walk_status)?;
+        match (known, mounted) {
+            (true, true) => return Ok(NodePublishVolumeResponse {}),
+            (false, true) => {
+                return Err(Status::failed_precondition(format!(
+                    "{} is a mount point this plugin did not make: left alone",
+                    target.path.display()
+                )));
+            }
+            _ => {}
         }
+        drop(parent);
+        if !known {
+            self.published
+                .add(&target, &request.volume_id)
+                .map_err(refused_status)?;
+        }
+        let mut reserved = Reserved {
+            published: &self.published,
+            target: &target,
+            kept: known,
+        };
         if !profile.dir.is_dir() {
             return Err(Status::failed_precondition(format!(
                 "the socket directory {} of profile {} does not exist on this node (is the node's front running?)",
@@ -356,22 +424,30 @@ impl Plugin {
                 }
             }
         }
-        mount::make_target(&target).map_err(walk_status)?;
-        self.mounter
-            .bind_read_only(&profile.dir, &target)
-            .map_err(|e| {
-                Status::internal(format!(
-                    "bind mount of {} on {}: {e}",
-                    profile.dir.display(),
-                    target.display()
-                ))
-            })?;
+        // Walked again after the wait, and mounted through that walk's descriptors: what was checked is used.
+        let parent =
+            mount::open_parent(&self.settings.pods_dir, &target.path).map_err(walk_status)?;
+        let created = parent.make_child(MOUNT_DIR).map_err(walk_status)?;
+        if let Err(e) = self
+            .mounter
+            .bind_read_only(&profile.dir, &parent, MOUNT_DIR)
+        {
+            if created {
+                let _ = parent.remove_child(MOUNT_DIR);
+            }
+            return Err(Status::internal(format!(
+                "bind mount of {} on {}: {e}",
+                profile.dir.display(),
+                target.path.display()
+            )));
+        }
+        reserved.kept = true;
         info!(
             pod,
             volume = request.volume_id,
             profile = profile.name,
             source = %profile.dir.display(),
-            target = %target.display(),
+            target = %target.path.display(),
             "published (read-only bind mount)"
         );
         Ok(NodePublishVolumeResponse {})
@@ -390,35 +466,63 @@ impl Plugin {
         }
         let target = target::check_target(&request.target_path, &self.settings.pods_dir)
             .map_err(target_status)?;
-        let _busy = self.claim(&target)?;
-        match mount::walk_to_parent(&self.settings.pods_dir, &target) {
-            Ok(()) => {}
+        let _busy = self.claim(&target.path)?;
+        let known = self
+            .published
+            .has(&target)
+            .map_err(record_status(&target))?;
+        let parent = match mount::open_parent(&self.settings.pods_dir, &target.path) {
+            Ok(parent) => parent,
             // Nothing there any more: nothing to undo.
-            Err(WalkError::Missing(_)) => return Ok(NodeUnpublishVolumeResponse {}),
+            Err(WalkError::Missing(_)) => {
+                self.published
+                    .remove(&target)
+                    .map_err(record_status(&target))?;
+                return Ok(NodeUnpublishVolumeResponse {});
+            }
             Err(e) => return Err(walk_status(e)),
+        };
+        let there = parent
+            .has(MOUNT_DIR)
+            .map_err(|e| Status::internal(format!("{}: {e}", target.path.display())))?;
+        if !known {
+            if !there {
+                return Ok(NodeUnpublishVolumeResponse {});
+            }
+            return Err(Status::permission_denied(format!(
+                "{} was not published by this plugin (no record in {}): left untouched",
+                target.path.display(),
+                self.published.dir().display()
+            )));
         }
         if self
             .mounter
-            .is_mounted(&target)
-            .map_err(|e| Status::internal(e.to_string()))?
+            .is_mounted(&parent, MOUNT_DIR)
+            .map_err(walk_status)?
         {
             self.mounter
-                .unmount(&target)
-                .map_err(|e| Status::internal(format!("unmount {}: {e}", target.display())))?;
+                .unmount(&parent, MOUNT_DIR)
+                .map_err(|e| Status::internal(format!("unmount {}: {e}", target.path.display())))?;
         }
-        match std::fs::symlink_metadata(&target) {
-            Ok(meta) if meta.file_type().is_dir() => std::fs::remove_dir(&target)
-                .map_err(|e| Status::internal(format!("remove {}: {e}", target.display())))?,
-            Ok(_) => {
+        match parent.remove_child(MOUNT_DIR) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
                 return Err(Status::invalid_argument(format!(
                     "{} is not a directory: left alone",
-                    target.display()
+                    target.path.display()
                 )));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Status::internal(format!("{}: {e}", target.display()))),
+            Err(e) => {
+                return Err(Status::internal(format!(
+                    "remove {}: {e}",
+                    target.path.display()
+                )));
+            }
         }
-        info!(volume = request.volume_id, target = %target.display(), "unpublished");
+        self.published
+            .remove(&target)
+            .map_err(record_status(&target))?;
+        info!(volume = request.volume_id, target = %target.path.display(), "unpublished");
         Ok(NodeUnpublishVolumeResponse {})
     }
 }
@@ -499,16 +603,26 @@ mod tests {
     }
 
     impl Mounter for Arc<FakeMounts> {
-        fn is_mounted(&self, target: &Path) -> std::io::Result<bool> {
-            Ok(self.mounted.lock().unwrap().contains(target))
+        fn is_mounted(&self, parent: &Dir, name: &str) -> Result<bool, WalkError> {
+            Ok(self
+                .mounted
+                .lock()
+                .unwrap()
+                .contains(&parent.path().join(name)))
         }
-        fn bind_read_only(&self, _: &Path, target: &Path) -> std::io::Result<()> {
+        fn bind_read_only(&self, _: &Path, parent: &Dir, name: &str) -> std::io::Result<()> {
             self.binds.fetch_add(1, Ordering::SeqCst);
-            self.mounted.lock().unwrap().insert(target.to_path_buf());
+            self.mounted
+                .lock()
+                .unwrap()
+                .insert(parent.path().join(name));
             Ok(())
         }
-        fn unmount(&self, target: &Path) -> std::io::Result<()> {
-            self.mounted.lock().unwrap().remove(target);
+        fn unmount(&self, parent: &Dir, name: &str) -> std::io::Result<()> {
+            self.mounted
+                .lock()
+                .unwrap()
+                .remove(&parent.path().join(name));
             Ok(())
         }
     }
@@ -551,6 +665,9 @@ mod tests {
             ready_timeout: Duration::from_millis(200),
             ready_interval: Duration::from_millis(20),
             endpoint: root.join("kubelet/plugins/csi.pdp-injector.io/csi.sock"),
+            state_dir: root.join("state"),
+            max_volumes_per_pod: 4,
+            max_volumes_per_node: 1024,
         };
         let plugin = Plugin::new(settings, Box::new(mounts.clone()));
         Fixture {

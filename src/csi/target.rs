@@ -4,7 +4,7 @@
 //! The kubelet publishes an inline CSI volume at
 //! `<kubelet dir>/pods/<pod uid>/volumes/kubernetes.io~csi/<volume name>/mount`; that shape, under this node's
 //! kubelet directory, with no `.` or `..` component, is the only one accepted. Symbolic links along the path are
-//! refused when the path is walked ([`super::mount::walk_to_parent`]).
+//! refused when the path is walked ([`super::mount::open_parent`]).
 
 use std::path::{Component, Path, PathBuf};
 
@@ -23,8 +23,21 @@ pub enum BadTarget {
     Shape(String),
 }
 
-/// Checks a target path; returns it as a path.
-pub fn check_target(target: &str, pods_dir: &Path) -> Result<PathBuf, BadTarget> {
+/// An accepted target: its path, and the Pod and volume it is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub path: PathBuf,
+    /// The Pod's UID, as the kubelet names its directory.
+    pub pod: String,
+    /// The volume's name in the Pod.
+    pub volume: String,
+}
+
+/// The last component of every target path: the directory mounted on.
+pub const MOUNT_DIR: &str = "mount";
+
+/// Checks a target path.
+pub fn check_target(target: &str, pods_dir: &Path) -> Result<Target, BadTarget> {
     if !target.starts_with('/') {
         return Err(BadTarget::NotAbsolute(target.into()));
     }
@@ -50,48 +63,17 @@ pub fn check_target(target: &str, pods_dir: &Path) -> Result<PathBuf, BadTarget>
         })
         .collect();
     match parts.as_slice() {
-        [uid, "volumes", "kubernetes.io~csi", name, "mount"]
+        [uid, "volumes", "kubernetes.io~csi", name, MOUNT_DIR]
             if !uid.is_empty() && !name.is_empty() =>
         {
-            Ok(path)
+            Ok(Target {
+                pod: uid.to_string(),
+                volume: name.to_string(),
+                path,
+            })
         }
         _ => Err(BadTarget::Shape(target.into())),
     }
-}
-
-/// Whether `target` is a mount point in a `/proc/self/mountinfo` text (field 5 is the mount point, with
-/// space, tab, newline and backslash written as octal escapes).
-pub fn mounted_at(mountinfo: &str, target: &Path) -> bool {
-    let Some(target) = target.to_str() else {
-        return false;
-    };
-    mountinfo
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .any(|point| unescape(point) == target)
-}
-
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4]
-                .iter()
-                .all(|b| (b'0'..=b'7').contains(b))
-        {
-            let value =
-                (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
-            out.push(value);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -104,7 +86,14 @@ mod tests {
     #[test]
     fn only_a_csi_volume_mount_under_the_pods_dir_is_a_target() {
         let pods = Path::new(PODS);
-        assert_eq!(check_target(GOOD, pods), Ok(PathBuf::from(GOOD)));
+        assert_eq!(
+            check_target(GOOD, pods),
+            Ok(Target {
+                path: PathBuf::from(GOOD),
+                pod: "0f3c".into(),
+                volume: "pdp-socket".into(),
+            })
+        );
         let refused = [
             (
                 "var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/v/mount",
@@ -152,21 +141,5 @@ mod tests {
             let err = check_target(target, pods).unwrap_err().to_string();
             assert!(err.contains(says), "{target}: {err}");
         }
-    }
-
-    #[test]
-    fn a_mount_point_is_found_in_mountinfo_with_its_escapes() {
-        let info = "\
-22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
-98 22 0:5 /cerbos /var/lib/kubelet/pods/0f3c/volumes/kubernetes.io~csi/pdp-socket/mount ro,nosuid,nodev,noexec shared:2 - tmpfs tmpfs rw
-99 22 0:5 /cerbos /var/lib/kubelet/pods/a\\040b/volumes/kubernetes.io~csi/v/mount ro - tmpfs tmpfs rw
-";
-        assert!(mounted_at(info, Path::new(GOOD)));
-        assert!(mounted_at(
-            info,
-            Path::new("/var/lib/kubelet/pods/a b/volumes/kubernetes.io~csi/v/mount")
-        ));
-        assert!(!mounted_at(info, Path::new("/var/lib/kubelet/pods/0f3c")));
-        assert!(!mounted_at("", Path::new(GOOD)));
     }
 }
