@@ -49,9 +49,8 @@ fi
 probe="${PDP_FLAGD_PROBE_BIN:-}"
 if [ -z "$probe" ]; then
     command -v protoc >/dev/null || { echo "flagd-providers: protoc is missing (Debian: protobuf-compiler)" >&2; exit 1; }
-    probe_target="${PDP_FLAGD_PROBE_TARGET:-$cache/probe-target}"
-    (cd tools/flagd-probe && CARGO_TARGET_DIR="$probe_target" cargo build --locked --quiet) >&2
-    probe="$probe_target/debug/flagd-probe"
+    (cd tools/flagd-probe && CARGO_TARGET_DIR=target cargo build --locked --quiet) >&2
+    probe=tools/flagd-probe/target/debug/flagd-probe
 fi
 
 PDP_INJECTOR_BIN="$bin" PDP_FLAGD_PYTHON="$dir/py/bin/python" PDP_FLAGD_NODE_MODULES="$dir/node/node_modules" \

@@ -66,11 +66,20 @@ prepare() {
     (cd tools/pdp-await && CARGO_TARGET_DIR=target cargo build --locked --quiet --release) >&2
     [ -x "$await_bin" ] || { log "no pdp-await binary at $await_bin"; return 1; }
 
+    # The app on the official Rust flagd provider (its own workspace; the provider's build needs protoc).
+    local probe_bin=${PDP_FLAGD_PROBE_BIN:-}
+    if [ -z "$probe_bin" ]; then
+        (cd tools/flagd-probe && CARGO_TARGET_DIR=target cargo build --locked --quiet) >&2
+        probe_bin=tools/flagd-probe/target/debug/flagd-probe
+    fi
+    [ -x "$probe_bin" ] || { log "no flagd-probe binary at $probe_bin"; return 1; }
+
     IMAGES=()
     local name archive
     while read -r name archive; do IMAGES+=(--image "$name" "$archive"); done < <(
         python3 "$HERE/images.py" --out-dir "$CACHE_DIR/node-images" --pdp-injector "$(realpath "$bin")" \
-            --pdp-await "$(realpath "$await_bin")" --cerbos "$cerbos" --busybox /bin/busybox --client "$client")
+            --pdp-await "$(realpath "$await_bin")" --cerbos "$cerbos" --busybox /bin/busybox --client "$client" \
+            --flagd-probe "$(realpath "$probe_bin")")
     log "prerequisites ready in $(( $(date +%s) - t0 ))s"
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the node tier's container images as OCI image archives, without a container engine or a registry.
 
-    images.py --out-dir DIR --pdp-injector BIN --pdp-await BIN --cerbos BIN --busybox BIN --client BIN
+    images.py --out-dir DIR --pdp-injector BIN --pdp-await BIN --cerbos BIN --busybox BIN --client BIN \
+              --flagd-probe BIN
 
 Each image is one uncompressed layer (a deterministic tar of a small root filesystem: files owned by root, mtime 0,
 sorted), an image config and a manifest, in an OCI layout archive whose index names the image
@@ -21,6 +22,8 @@ The images, under the names the manifests and the injector's built-in profile us
   docker.io/library/busybox:1.37.0         Debian's busybox-static with its applet links (test Pods)
   registry.k8s.io/pause:3.9                the sandbox image (containerd's sandbox_image): busybox sleeping
   localhost/pdp-injector-node/pdpclient:dev  the test client (scripts/node/pdpclient)
+  localhost/pdp-injector-node/flagd-probe:dev  an app on the official OpenFeature Rust flagd provider
+                                           (tools/flagd-probe), with the shared libraries it links
   localhost/pdp-injector-node/cerbos:next  the same Cerbos as another image (a marker file makes its digest
                                            differ): the "new image" of the PDP upgrade case
 """
@@ -41,6 +44,7 @@ BUSYBOX = "docker.io/library/busybox:1.37.0"
 PAUSE = "registry.k8s.io/pause:3.9"
 CLIENT = "localhost/pdp-injector-node/pdpclient:dev"
 CERBOS_NEXT = "localhost/pdp-injector-node/cerbos:next"
+FLAGD_PROBE = "localhost/pdp-injector-node/flagd-probe:dev"
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FORMAT = "1"  # bump when the layout below changes
 
@@ -210,7 +214,15 @@ def images(args):
         layer.file("pdpclient", args.client)
         return layer, {"Entrypoint": ["/pdpclient"], "Cmd": ["check"], "User": "65532:65532", "Env": [PATH_ENV]}
 
+    def flagd_probe():
+        layer = Layer()
+        layer.file("flagd-probe", args.flagd_probe)
+        for lib in shared_libs(args.flagd_probe):
+            layer.file(lib, os.path.realpath(lib))
+        return layer, {"Entrypoint": ["/flagd-probe"], "User": "65532:65532", "Env": [PATH_ENV]}
+
     return {
+        FLAGD_PROBE: ([args.flagd_probe] + shared_libs(args.flagd_probe), flagd_probe),
         PDP_INJECTOR: ([args.pdp_injector, args.pdp_await] + shared_libs(args.pdp_injector), webhook),
         CERBOS: ([args.cerbos], cerbos),
         CERBOS_NEXT: ([args.cerbos], lambda: cerbos(CERBOS_NEXT)),
@@ -228,6 +240,7 @@ def main():
     ap.add_argument("--cerbos", required=True)
     ap.add_argument("--busybox", required=True)
     ap.add_argument("--client", required=True)
+    ap.add_argument("--flagd-probe", required=True)
     args = ap.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     me = file_hash(__file__)

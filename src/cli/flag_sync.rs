@@ -11,9 +11,11 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use clap::{Args, ValueEnum};
 use pdp_flagsync::metrics::Metrics;
+use pdp_flagsync::relay::{self as source_relay, RelayService, TokenReviewer};
 use pdp_flagsync::server::{Listeners, serve};
-use pdp_flagsync::service::{FixedNamespace, Identify, PodAddresses};
+use pdp_flagsync::service::{FixedNamespace, Identify, Pods};
 use pdp_flagsync::source;
+use pdp_flagsync::source::pods::PodIndex;
 use pdp_flagsync::{Origin, Store, SyncService};
 use prometheus_client::registry::Registry;
 
@@ -79,6 +81,34 @@ pub(crate) struct FlagSyncArgs {
     /// The most SyncFlags streams served at once.
     #[arg(long, env = "PDP_FLAG_SYNC_MAX_STREAMS", default_value_t = 4096)]
     max_streams: usize,
+    /// Relay mode: follow this central source (http://pdp-flag-sync.pdp-system.svc:8015) instead of the API.
+    #[arg(long, env = "PDP_FLAG_SYNC_UPSTREAM", conflicts_with = "flags_dir")]
+    upstream: Option<String>,
+    /// Relay mode: this node's name (the Downward API's spec.nodeName).
+    #[arg(long, env = "NODE_NAME", requires = "upstream")]
+    node_name: Option<String>,
+    /// Relay mode: the projected ServiceAccount token (audience pdp-flag-sync) shown to the source.
+    #[arg(
+        long,
+        env = "PDP_FLAG_SYNC_TOKEN_FILE",
+        default_value = "/var/run/secrets/pdp-flag-sync/token"
+    )]
+    token_file: PathBuf,
+    /// The ServiceAccounts whose tokens may follow the node relay stream; repeatable or comma-separated.
+    #[arg(
+        long,
+        env = "PDP_FLAG_SYNC_RELAY_USERS",
+        value_delimiter = ',',
+        default_value = "system:serviceaccount:pdp-flags:pdp-flag-relay"
+    )]
+    relay_users: Vec<String>,
+}
+
+/// Where the flag sets come from.
+enum Mode {
+    Files(PathBuf),
+    Cluster,
+    Relay(source_relay::Upstream),
 }
 
 pub(crate) fn run(args: FlagSyncArgs) -> anyhow::Result<()> {
@@ -87,31 +117,51 @@ pub(crate) fn run(args: FlagSyncArgs) -> anyhow::Result<()> {
 }
 
 async fn run_async(args: FlagSyncArgs) -> anyhow::Result<()> {
+    let mode = match (&args.flags_dir, &args.upstream) {
+        (Some(dir), _) => Mode::Files(dir.clone()),
+        (None, Some(url)) => {
+            let node = args
+                .node_name
+                .clone()
+                .context("relay mode needs --node-name (NODE_NAME)")?;
+            Mode::Relay(source_relay::Upstream {
+                url: url.clone(),
+                node,
+                token_file: args.token_file.clone(),
+            })
+        }
+        (None, None) => Mode::Cluster,
+    };
     let metrics = Arc::new(Metrics::default());
-    let cluster_kinds: Vec<Origin> = if args.flags_dir.is_some() {
-        vec![Origin::File]
-    } else {
-        args.kinds
+    let pods = Arc::new(PodIndex::default());
+    let origins: Vec<Origin> = match &mode {
+        Mode::Files(_) => vec![Origin::File],
+        Mode::Relay(_) => vec![Origin::FeatureFlag],
+        Mode::Cluster => args
+            .kinds
             .iter()
             .map(|k| match k {
                 Kind::Featureflags => Origin::FeatureFlag,
                 Kind::Configmaps => Origin::ConfigMap,
             })
-            .collect()
+            .collect(),
     };
-    let store = Arc::new(Store::new(&cluster_kinds));
+    let store = Arc::new(Store::new(&origins));
     tokio::spawn(source::track(store.clone(), metrics.clone()));
 
-    let needs_cluster = args.flags_dir.is_none() || args.caller_namespace.is_none();
+    let needs_cluster = matches!(mode, Mode::Cluster)
+        || (matches!(mode, Mode::Files(_)) && args.caller_namespace.is_none());
     let client = if needs_cluster {
         Some(kube::Client::try_default().await.context(
-            "flag-sync needs the cluster (in-cluster config or KUBECONFIG) unless given --flags-dir and --caller-namespace",
+            "flag-sync needs the cluster (in-cluster config or KUBECONFIG), unless it relays (--upstream) or serves files to one namespace (--flags-dir and --caller-namespace)",
         )?)
     } else {
         None
     };
-    match (&args.flags_dir, &client) {
-        (Some(dir), _) => {
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let mut relay_service = None;
+    match (&mode, &client) {
+        (Mode::Files(dir), _) => {
             tokio::spawn(source::dir::run(
                 dir.clone(),
                 args.poll_interval,
@@ -119,30 +169,43 @@ async fn run_async(args: FlagSyncArgs) -> anyhow::Result<()> {
                 metrics.clone(),
             ));
         }
-        (None, Some(client)) => {
-            for origin in &cluster_kinds {
+        (Mode::Relay(upstream), _) => {
+            tokio::spawn(source_relay::follow(
+                upstream.clone(),
+                store.clone(),
+                pods.clone(),
+                metrics.clone(),
+            ));
+        }
+        (Mode::Cluster, Some(client)) => {
+            for origin in &origins {
                 let (c, s, m) = (client.clone(), store.clone(), metrics.clone());
                 match origin {
                     Origin::FeatureFlag => tokio::spawn(source::kube::feature_flags(c, s, m)),
                     _ => tokio::spawn(source::kube::config_maps(c, s, m)),
                 };
             }
+            let reviewer = Arc::new(TokenReviewer::new(client.clone(), args.relay_users.clone()));
+            relay_service = Some(RelayService::new(
+                store.clone(),
+                pods.clone(),
+                reviewer,
+                stop.clone(),
+            ));
         }
-        (None, None) => unreachable!("the cluster client exists whenever no directory is given"),
+        (Mode::Cluster, None) => unreachable!("the cluster mode always has a client"),
     }
-    let identify: Arc<dyn Identify> = match (&args.caller_namespace, client) {
-        (Some(ns), _) => Arc::new(FixedNamespace(ns.clone())),
-        (None, Some(client)) => {
-            let index = PodAddresses::default();
-            tokio::spawn(source::pods::follow(client, None, index.clone()));
-            Arc::new(index)
+    let identify: Arc<dyn Identify> = match (&args.caller_namespace, &client, &mode) {
+        (Some(ns), _, _) => Arc::new(FixedNamespace(ns.clone())),
+        (None, _, Mode::Relay(_)) => Arc::new(Pods(pods.clone())),
+        (None, Some(client), _) => {
+            tokio::spawn(source::pods::follow(client.clone(), pods.clone()));
+            Arc::new(Pods(pods.clone()))
         }
-        (None, None) => {
-            unreachable!("the cluster client exists whenever no caller namespace is given")
-        }
+        (None, None, _) => unreachable!(
+            "without a caller namespace the cluster client or the relay knows the Pods"
+        ),
     };
-
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let service = SyncService::new(
         store.clone(),
         identify,
@@ -158,7 +221,7 @@ async fn run_async(args: FlagSyncArgs) -> anyhow::Result<()> {
         tcp: args.listen,
         sockets: args.socket,
     };
-    let server = tokio::spawn(serve(service, listeners, stop));
+    let server = tokio::spawn(serve(service, relay_service, listeners, stop));
     tokio::select! {
         _ = shutdown_signal() => {}
         done = management => {

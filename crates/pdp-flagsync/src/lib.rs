@@ -3,9 +3,11 @@
 //! A flag set is one FeatureFlag object (`core.openfeature.dev/v1beta1`), one ConfigMap of flagd JSON, or one
 //! file ([`set`]). Sources ([`source`]) keep the store in step with the cluster or a directory; the service
 //! ([`service`]) gives each stream the sets its selector names, only those its caller's namespace may read
-//! ([`select`]), and a new configuration whenever one of them changes.
+//! ([`select`]), and a new configuration whenever one of them changes. One central source watches the cluster;
+//! each node's relay ([`relay`]) re-serves its state on the node.
 
 pub mod metrics;
+pub mod relay;
 pub mod select;
 pub mod server;
 pub mod service;
@@ -17,6 +19,12 @@ pub mod store;
 #[allow(clippy::all, deprecated, missing_docs)]
 pub mod proto {
     include!("gen/flagd.sync.v1.rs");
+}
+
+/// The generated `pdp.relay.v1` messages: the central source to each node's relay.
+#[allow(clippy::all, missing_docs)]
+pub mod relay_proto {
+    include!("gen/pdp.relay.v1.rs");
 }
 
 pub use select::{Caller, Selection, SelectorError};

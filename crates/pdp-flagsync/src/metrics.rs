@@ -31,6 +31,8 @@ pub struct Metrics {
     pub refused: Family<Refusal, Counter>,
     /// Objects a source could not read as a flag set (their last good version is kept).
     pub rejected_sets: Counter,
+    /// On a relay: the generation of its source's newest state it has (0: none yet).
+    pub upstream_generation: Gauge,
 }
 
 impl Default for Metrics {
@@ -43,6 +45,7 @@ impl Default for Metrics {
             update_lag: Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5]),
             refused: Family::default(),
             rejected_sets: Counter::default(),
+            upstream_generation: Gauge::default(),
         }
     }
 }

@@ -16,6 +16,8 @@ use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::transport::server::Connected;
 
 use crate::proto::flag_sync_service_server::FlagSyncServiceServer;
+use crate::relay::RelayService;
+use crate::relay_proto::node_relay_server::NodeRelayServer;
 use crate::service::SyncService;
 
 /// Where the service listens.
@@ -38,12 +40,17 @@ pub enum ServeError {
 }
 
 /// Serves `service` on every listener until `stop` turns true; streams end first, so providers reconnect.
+/// With `relay`, the node relay stream is served beside it.
 pub async fn serve(
     service: SyncService,
+    relay: Option<RelayService>,
     listeners: Listeners,
     stop: watch::Receiver<bool>,
 ) -> Result<(), ServeError> {
-    let service = Arc::new(service);
+    let service = Services {
+        sync: Arc::new(service),
+        relay: relay.map(Arc::new),
+    };
     let mut tasks = JoinSet::new();
     for addr in listeners.tcp {
         let listener = TcpListener::bind(addr)
@@ -81,10 +88,16 @@ pub async fn serve(
     Ok(())
 }
 
+/// What every listener serves.
+struct Services {
+    sync: Arc<SyncService>,
+    relay: Option<Arc<RelayService>>,
+}
+
 /// One listener's server, as a task of `tasks`.
 fn spawn<I, IO, IE>(
     tasks: &mut JoinSet<Result<(), ServeError>>,
-    service: &Arc<SyncService>,
+    service: &Services,
     incoming: I,
     name: String,
     mut stop: watch::Receiver<bool>,
@@ -100,7 +113,8 @@ fn spawn<I, IO, IE>(
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .max_concurrent_streams(Some(16))
-        .add_service(FlagSyncServiceServer::from_arc(service.clone()));
+        .add_service(FlagSyncServiceServer::from_arc(service.sync.clone()))
+        .add_optional_service(service.relay.clone().map(NodeRelayServer::from_arc));
     tasks.spawn(async move {
         let shutdown = async move {
             let _ = stop.wait_for(|s| *s).await;

@@ -1,13 +1,13 @@
 //! `flagd.sync.v1.FlagSyncService` over a [`Store`]: each stream gets the sets its selector names, scoped to its
 //! caller, at once and after every change that alters them.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use futures_util::Stream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
 
 use crate::metrics::Metrics;
@@ -17,50 +17,100 @@ use crate::proto::{
     SyncFlagsRequest, SyncFlagsResponse,
 };
 use crate::select::{Caller, Selection, SelectorError};
+use crate::source::pods::{PodIndex, pod_uid_of_cgroup};
 use crate::store::{Snapshot, Store};
 
 /// The header in which providers send their selector (flagd v0.11+); the request field is the older way.
 pub const SELECTOR_HEADER: &str = "flagd-selector";
 
-/// How a call's caller is known.
-pub trait Identify: Send + Sync + 'static {
-    /// The caller of a call from `peer` (`None`: not a TCP connection), or the status that refuses it.
-    fn identify(&self, peer: Option<SocketAddr>) -> Result<Caller, Status>;
+/// Where a call comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// A TCP connection from this address.
+    Tcp(SocketAddr),
+    /// A Unix socket connection from this process (its pid as this process sees it, when it can).
+    Unix { pid: Option<i32> },
+    /// Neither (an in-memory transport).
+    Unknown,
 }
 
-/// Every caller is of one namespace: a per-Pod socket, or a single-tenant install.
+impl Peer {
+    /// The peer of `request`, from the connection information the server attached.
+    pub fn of<T>(request: &Request<T>) -> Peer {
+        if let Some(addr) = request.remote_addr() {
+            return Peer::Tcp(addr);
+        }
+        match request.extensions().get::<UdsConnectInfo>() {
+            Some(info) => Peer::Unix {
+                pid: info.peer_cred.and_then(|c| c.pid()),
+            },
+            None => Peer::Unknown,
+        }
+    }
+}
+
+/// How a call's caller is known.
+pub trait Identify: Send + Sync + 'static {
+    /// The caller of a call from `peer`, or the status that refuses it.
+    fn identify(&self, peer: Peer) -> Result<Caller, Status>;
+
+    /// Where a caller not known yet may become known (a new Pod's address arriving): the call then waits, up to
+    /// [`IDENTIFY_WAIT`], for a change before it is refused.
+    fn changes(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
+}
+
+/// How long a call from a caller not known yet waits for the Pods to catch up (a Pod's first call can come before
+/// its address reaches the index).
+pub const IDENTIFY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Every caller is of one namespace: a single-tenant install, or local use.
 #[derive(Debug, Clone)]
 pub struct FixedNamespace(pub String);
 
 impl Identify for FixedNamespace {
-    fn identify(&self, _: Option<SocketAddr>) -> Result<Caller, Status> {
+    fn identify(&self, _: Peer) -> Result<Caller, Status> {
         Ok(Caller {
             namespace: self.0.clone(),
         })
     }
 }
 
-/// Callers known by their Pod's IP address (kept by [`crate::source::pods`]).
-#[derive(Debug, Clone, Default)]
-pub struct PodAddresses(pub Arc<RwLock<HashMap<IpAddr, String>>>);
+/// Callers known as Pods: a TCP caller by its address, a socket caller by the Pod UID in its process's cgroup
+/// (`/proc/PID/cgroup`: the relay runs in the host's PID namespace). hostNetwork Pods share their node's address
+/// and are refused.
+#[derive(Debug, Clone)]
+pub struct Pods(pub Arc<PodIndex>);
 
-impl Identify for PodAddresses {
-    fn identify(&self, peer: Option<SocketAddr>) -> Result<Caller, Status> {
-        let Some(peer) = peer else {
-            return Err(Status::permission_denied(
-                "the caller's address is unknown: connect over TCP from a Pod",
-            ));
+impl Identify for Pods {
+    fn identify(&self, peer: Peer) -> Result<Caller, Status> {
+        let found = match peer {
+            Peer::Tcp(addr) => {
+                let ip = addr.ip().to_canonical();
+                self.0.namespace_of_ip(ip).ok_or_else(|| {
+                    format!("no running Pod has the address {ip} (hostNetwork Pods share their node's and are refused)")
+                })
+            }
+            Peer::Unix { pid: Some(pid) } if pid > 0 => {
+                std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                    .ok()
+                    .and_then(|text| pod_uid_of_cgroup(&text))
+                    .ok_or_else(|| format!("the process {pid} on the socket is in no Pod's cgroup"))
+                    .and_then(|uid| {
+                        self.0
+                            .namespace_of_uid(&uid)
+                            .ok_or_else(|| format!("no running Pod has the UID {uid}"))
+                    })
+            }
+            Peer::Unix { .. } => Err("the socket caller's process is not visible here".to_string()),
+            Peer::Unknown => {
+                Err("the caller's connection is neither TCP nor a Unix socket".to_string())
+            }
         };
-        let ip = peer.ip().to_canonical();
-        let pods = self.0.read().unwrap_or_else(|p| p.into_inner());
-        match pods.get(&ip) {
-            Some(namespace) => Ok(Caller {
-                namespace: namespace.clone(),
-            }),
-            None => Err(Status::permission_denied(format!(
-                "no running Pod has the address {ip}: flag sets are served to Pods only (hostNetwork Pods share their node's address and are refused)"
-            ))),
-        }
+        found.map(|namespace| Caller { namespace }).map_err(|why| {
+            Status::permission_denied(format!("flag sets are served to Pods only: {why}"))
+        })
     }
 }
 
@@ -94,13 +144,40 @@ impl SyncService {
         }
     }
 
-    fn selection<T>(&self, request: &Request<T>, body_selector: &str) -> Result<Selection, Status> {
-        let caller = self
-            .identify
-            .identify(request.remote_addr())
-            .inspect_err(|_| {
-                self.metrics.refuse("permission_denied");
-            })?;
+    /// The caller of `peer`, waiting up to [`IDENTIFY_WAIT`] for one not known yet.
+    async fn caller(&self, peer: Peer) -> Result<Caller, Status> {
+        let mut changes = self.identify.changes();
+        let deadline = tokio::time::Instant::now() + IDENTIFY_WAIT;
+        loop {
+            let refused = match self.identify.identify(peer) {
+                Ok(caller) => return Ok(caller),
+                Err(status) => status,
+            };
+            let Some(rx) = changes.as_mut() else {
+                return Err(refused);
+            };
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
+                tracing::info!(
+                    ?peer,
+                    reason = refused.message(),
+                    "flag sync caller refused"
+                );
+                return Err(refused);
+            }
+        }
+    }
+
+    async fn selection<T>(
+        &self,
+        request: &Request<T>,
+        body_selector: &str,
+    ) -> Result<Selection, Status> {
+        let caller = self.caller(Peer::of(request)).await.inspect_err(|_| {
+            self.metrics.refuse("permission_denied");
+        })?;
         let header = request.metadata().get(SELECTOR_HEADER).map(|v| v.to_str());
         let selector = match header {
             Some(Ok(s)) => s,
@@ -203,7 +280,9 @@ impl FlagSyncService for SyncService {
         request: Request<SyncFlagsRequest>,
     ) -> Result<Response<FlagStream>, Status> {
         #[allow(deprecated)]
-        let selection = self.selection(&request, &request.get_ref().selector)?;
+        let selection = self
+            .selection(&request, &request.get_ref().selector)
+            .await?;
         let Ok(permit) = self.streams.clone().try_acquire_owned() else {
             self.metrics.refuse("resource_exhausted");
             return Err(Status::resource_exhausted(
@@ -233,7 +312,9 @@ impl FlagSyncService for SyncService {
         request: Request<FetchAllFlagsRequest>,
     ) -> Result<Response<FetchAllFlagsResponse>, Status> {
         #[allow(deprecated)]
-        let selection = self.selection(&request, &request.get_ref().selector)?;
+        let selection = self
+            .selection(&request, &request.get_ref().selector)
+            .await?;
         let snapshot = self.store.current();
         if !snapshot.ready {
             self.metrics.refuse("unavailable");

@@ -2,7 +2,7 @@
 //! generation, and wakes every stream.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use tokio::sync::watch;
@@ -22,9 +22,24 @@ pub struct Snapshot {
     pub ready: bool,
     sets: BTreeMap<SetId, Arc<FlagSet>>,
     rendered: Mutex<HashMap<Selection, Arc<str>>>,
+    each: OnceLock<Arc<Vec<(SetId, String)>>>,
 }
 
 impl Snapshot {
+    /// Every set with its flagd JSON, rendered once per snapshot (what relays receive).
+    pub fn each_json(&self) -> Arc<Vec<(SetId, String)>> {
+        self.each
+            .get_or_init(|| {
+                Arc::new(
+                    self.sets
+                        .iter()
+                        .map(|(id, s)| (id.clone(), s.to_json()))
+                        .collect(),
+                )
+            })
+            .clone()
+    }
+
     fn next(&self, sets: BTreeMap<SetId, Arc<FlagSet>>, ready: bool) -> Snapshot {
         Snapshot {
             generation: self.generation + 1,
@@ -32,6 +47,7 @@ impl Snapshot {
             ready,
             sets,
             rendered: Mutex::default(),
+            each: OnceLock::new(),
         }
     }
 
@@ -88,6 +104,7 @@ impl Store {
             ready: pending.is_empty(),
             sets: BTreeMap::new(),
             rendered: Mutex::default(),
+            each: OnceLock::new(),
         };
         Store {
             tx: watch::channel(Arc::new(first)).0,
@@ -151,6 +168,27 @@ impl Store {
                 changed = true;
             }
             changed
+        });
+    }
+
+    /// Replaces every set (a relay's copy of its source's state), and counts every source as listed.
+    pub fn replace_all(&self, sets: BTreeMap<SetId, FlagSet>) {
+        let newly_ready = {
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let was = !pending.is_empty();
+            pending.clear();
+            was
+        };
+        self.change(|current| {
+            let same = current.len() == sets.len()
+                && sets
+                    .iter()
+                    .all(|(id, s)| current.get(id).is_some_and(|c| **c == *s));
+            if same {
+                return newly_ready;
+            }
+            *current = sets.into_iter().map(|(id, s)| (id, Arc::new(s))).collect();
+            true
         });
     }
 
