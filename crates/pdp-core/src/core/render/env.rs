@@ -2,11 +2,10 @@
 //! own list without replacing what the Pod author wrote.
 
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector};
-use serde_json::value::RawValue;
 
 use super::Wiring;
 use crate::config::{HostField, Mode, NodeAddressFamily, Profile};
-use crate::core::view::{EnvEntry, Str, parse_list};
+use crate::core::view::{ContainerView, EnvEntry, Str};
 use crate::core::{Warning, WarningCode};
 
 /// The variables an app container receives, in the order they are prepended.
@@ -265,23 +264,30 @@ fn names_any(text: &str, names: &[&str]) -> bool {
 /// The entries of a container's `env` that rendering must compare: those that may define one of `names`.
 /// Rendering puts its variables in front of the list, so the other entries matter to nothing but their
 /// positions, which a prepend leaves alone. A list whose text has no escape and no `"name": "NAME"` for any of
-/// `names` cannot define one (a JSON string without escapes is written literally): none of it is parsed,
-/// which is most of the work of wiring a large Pod. Any other list is parsed.
-pub(super) fn relevant_env<'a>(
-    raw: Option<&'a RawValue>,
+/// `names`, and to which no earlier profile of the review added one of them, cannot define one (a JSON string
+/// without escapes is written literally): none of it is parsed, which is most of the work of wiring a large
+/// Pod. Any other list is parsed whole, with what earlier profiles inserted at its places.
+pub(super) fn relevant_env<'c>(
+    container: &'c ContainerView<'_>,
     names: &OurNames<'_>,
     what: impl FnOnce() -> String,
-) -> Result<Option<Vec<EnvEntry<'a>>>, String> {
-    let Some(raw) = raw else {
+) -> Result<Option<Vec<EnvEntry<'c>>>, String> {
+    if !container.has_env() {
         return Ok(None);
-    };
-    let text = raw.get();
+    }
     // memchr's vectorised search: `str::contains(char)` reads a word at a time, and the lists are long.
-    if text.starts_with('[')
-        && memchr::memchr(b'\\', text.as_bytes()).is_none()
-        && !names.any_in(text)
-    {
+    let own_irrelevant = container.env.is_none_or(|raw| {
+        let text = raw.get();
+        text.starts_with('[')
+            && memchr::memchr(b'\\', text.as_bytes()).is_none()
+            && !names.any_in(text)
+    });
+    let added_irrelevant = container
+        .added_env
+        .iter()
+        .all(|(_, v)| !names.names.contains(&v.name.as_str()));
+    if own_irrelevant && added_irrelevant {
         return Ok(Some(Vec::new()));
     }
-    parse_list(Some(raw), what)
+    container.env_entries(what)
 }

@@ -23,7 +23,7 @@ use volumes::{ensure_mount, ensure_volume, mtls_volume, socket_volume, tls_volum
 
 use crate::config::{Config, Mode, NodeAddressFamily, Placement, Profile, SocketBy};
 use crate::core::patch::{Form, JsonPatch, OpValue, PatchBuilder, pointer};
-use crate::core::view::{MountEntry, PodView, SpecView, parse_list, volume_entries};
+use crate::core::view::{PodView, SpecView};
 use crate::core::{Denial, Plan, Reason, Status, Warning, WarningCode};
 use crate::names::*;
 
@@ -333,7 +333,7 @@ fn pod_volumes(
     if plan.previous.is_some() {
         return Ok(out);
     }
-    let entries = volume_entries(spec.volumes).map_err(invalid)?;
+    let entries = spec.volume_entries().map_err(invalid)?;
     out.count = entries.as_ref().map(Vec::len);
     let existing = entries.unwrap_or_default();
     let v = &mut out.new;
@@ -403,7 +403,7 @@ fn wire_app_containers(
             continue;
         }
         let index = i.to_string();
-        let env = relevant_env(container.env, &our_names, || {
+        let env = relevant_env(container, &our_names, || {
             format!("spec.containers[{i}].env")
         })
         .map_err(invalid)?;
@@ -432,10 +432,9 @@ fn wire_app_containers(
             }
         }
 
-        let mounts = parse_list::<MountEntry<'_>>(container.volume_mounts, || {
-            format!("spec.containers[{i}].volumeMounts")
-        })
-        .map_err(invalid)?;
+        let mounts = container
+            .mount_entries(|| format!("spec.containers[{i}].volumeMounts"))
+            .map_err(invalid)?;
         let existing = mounts.as_deref().unwrap_or_default();
         let mut added = Vec::new();
         let read_only = |name: &str, mount_path: &str| VolumeMount {
