@@ -240,6 +240,9 @@ pub struct MountEntry<'a> {
     /// `mountPath`.
     #[serde(borrow, default)]
     pub mount_path: Str<'a>,
+    /// `readOnly`.
+    #[serde(default)]
+    pub read_only: Option<bool>,
 }
 
 /// A volume: its name, and the whole entry, parsed only when rendering meets a volume of the name it adds.
@@ -406,6 +409,31 @@ pub fn first_unnamed<'w, W: AsRef<str>>(
         .map(|(w, _)| w.as_ref())
 }
 
+/// Calls `f` with each entry of a list, in order, until it returns `true`: one read of the list, which keeps
+/// nothing. A list that is not one counts as empty, as does `None`.
+pub fn each_entry<'a>(raw: Option<&'a RawValue>, mut f: impl FnMut(&'a RawValue) -> bool) {
+    struct Each<'f, F>(&'f mut F);
+    impl<'de, F: FnMut(&'de RawValue) -> bool> Visitor<'de> for Each<'_, F> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while let Some(entry) = seq.next_element::<&'de RawValue>()? {
+                if (self.0)(entry) {
+                    break;
+                }
+            }
+            Ok(())
+        }
+    }
+    if let Some(raw) = raw {
+        let mut de = serde_json::Deserializer::from_str(raw.get());
+        // Stopping early leaves the list unfinished, which the parser reports: what `f` saw stands either way.
+        let _ = de.deserialize_seq(Each(&mut f));
+    }
+}
+
 /// The volumes of a view, each with its name.
 pub fn volume_entries<'a>(
     raw: Option<&'a RawValue>,
@@ -498,6 +526,7 @@ impl<'a> ContainerView<'a> {
                 .extend(self.added_mounts.iter().map(|m| MountEntry {
                     name: Str(Cow::Borrowed(&m.name)),
                     mount_path: Str(Cow::Borrowed(&m.mount_path)),
+                    read_only: m.read_only,
                 }));
         }
         Ok(list)

@@ -148,6 +148,17 @@ impl<'a> EnvSource<'a> {
     }
 }
 
+/// Whether a variable of the Pod's has the value (or the field) of one of ours, and how ours reads if not.
+pub fn same_source(existing: &EnvEntry<'_>, ours: &EnvVar) -> Result<(), String> {
+    let theirs = EnvSource::of_existing(existing);
+    let wanted = EnvSource::of_ours(ours);
+    if theirs == wanted {
+        Ok(())
+    } else {
+        Err(wanted.describe())
+    }
+}
+
 /// Where each variable the container lacks goes: prepended, so that the container's own variables can use
 /// them as `$(VAR)`; a variable the container already defines differently is kept and reported. Returns the
 /// insertions in the order they apply: each variable's index in the list as it is at that point, and its index
@@ -161,7 +172,8 @@ pub(super) fn ensure_env(
 ) -> Vec<(usize, usize)> {
     let mut missing = Vec::new();
     for (i, var) in ours.iter().enumerate() {
-        match existing.iter().find(|e| e.name.as_str() == var.name) {
+        // The last definition is the one the kubelet uses.
+        match existing.iter().rev().find(|e| e.name.as_str() == var.name) {
             None => missing.push((i, var)),
             Some(e) if EnvSource::of_existing(e) == EnvSource::of_ours(var) => {}
             Some(e) => warnings.push(Warning {
