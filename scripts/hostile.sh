@@ -2,9 +2,9 @@
 # Hostile clients, drain under load and resource growth against the real `pdp-injector serve` and `node-proxy`
 # (tests/hostile.rs), the long cases included: 1,000 idle connections, 30 s without keep-alive (descriptors and
 # memory), a keep-alive connection still open and answering after 120 s idle, Pods of 100,000 containers and at
-# the body limit, 10,000 reviews of random namespaces, 5,000 + 5,000 idle connections to the front. About four
-# minutes of run time, one test at a time (they measure time and count descriptors). Nothing is skipped: a known
-# bug is a failing test, not a listed one.
+# the body limit, 30 concurrent 2.5 MiB Pods naming two profiles, 10,000 reviews of random namespaces, 5,000 +
+# 5,000 idle connections to the front. About four minutes of run time, one test at a time (they measure time and
+# count descriptors). Nothing is skipped: a known bug is a failing test, not a listed one.
 #
 #   scripts/hostile.sh                  release build (the timing bounds are for optimised code)
 #   HOSTILE_PROFILE=debug scripts/hostile.sh   reuse the debug build of `cargo test` (looser time bounds)

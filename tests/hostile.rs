@@ -1142,6 +1142,163 @@ async fn a_status_with_long_true_claims_costs_one_read_of_the_pod() {
     );
 }
 
+/// A review of a Pod of about `bytes` that names two profiles (`cerbos,flagd`): its size is in what rendering
+/// reads and extends (16 app containers with long `env` and `volumeMounts`, a long `volumes` list), in many
+/// small entries.
+fn review_with_two_profiles(uid: &str, bytes: usize) -> Vec<u8> {
+    use std::fmt::Write;
+    let mut r: serde_json::Value = serde_json::from_slice(&review_body(uid, "daemonset")).unwrap();
+    let pod = &mut r["request"]["object"];
+    pod["metadata"]["annotations"]["pdp-injector.io/profile"] = "cerbos,flagd".into();
+    pod["spec"]["containers"] = "CONTAINERS".into();
+    pod["spec"]["volumes"] = "VOLUMES".into();
+    let review = serde_json::to_string(&r).unwrap();
+    // Written as text: a debug build takes seconds to serialize a tree of this size, and the size is searched.
+    let build = |per: usize| {
+        let list = |n: usize, f: &dyn Fn(&mut String, usize)| {
+            let mut out = String::from("[");
+            for i in 0..n {
+                if i > 0 {
+                    out.push(',');
+                }
+                f(&mut out, i);
+            }
+            out.push(']');
+            out
+        };
+        let env = list(per, &|o, i| {
+            write!(o, r#"{{"name":"V{i}","value":"x"}}"#).unwrap()
+        });
+        let mounts = list(per / 16, &|o, i| {
+            write!(o, r#"{{"name":"v{i}","mountPath":"/m/{i}"}}"#).unwrap()
+        });
+        let containers: Vec<String> = (0..16)
+            .map(|c| {
+                format!(r#"{{"name":"c{c}","image":"x","env":{env},"volumeMounts":{mounts}}}"#)
+            })
+            .collect();
+        let volumes = list(per, &|o, i| {
+            write!(o, r#"{{"name":"v{i}","emptyDir":{{}}}}"#).unwrap()
+        });
+        review
+            .replacen(r#""CONTAINERS""#, &format!("[{}]", containers.join(",")), 1)
+            .replacen(r#""VOLUMES""#, &volumes, 1)
+    };
+    // The smallest number of entries that reaches the size.
+    let (mut low, mut high) = (1, 1 << 20);
+    while low < high {
+        let mid = (low + high) / 2;
+        if build(mid).len() >= bytes {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    let body = build(low);
+    serde_json::from_str::<serde_json::Value>(&body).expect("the review is JSON");
+    body.into_bytes()
+}
+
+/// 30 concurrent reviews of a 2.5 MiB Pod naming two profiles: each answered with both wirings (a review the
+/// body budget cannot hold yet gets its fast 503 and is sent again, as a controller would), the server's peak
+/// resident memory within its 96 MiB budget, a normal client answered meanwhile. Rendering the second profile
+/// must cost no copy of the Pod's lists outside the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: run by scripts/hostile.sh"]
+async fn concurrent_large_pods_with_two_profiles_stay_within_the_memory_budget() {
+    use base64::Engine;
+    let _serial = serial().await;
+    let (server, stop, peak, normal) = watched_server("profiles").await;
+    let (addr, client) = (server.addr, server.client());
+    let budget_kib: u64 = 96 * 1024;
+    let size = 5 * 1024 * 1024 / 2;
+    let template = review_with_two_profiles("profiles-00", size);
+    assert!(
+        template.len() < size + 64 * 1024,
+        "{} bytes",
+        template.len()
+    );
+    let template = String::from_utf8(template).unwrap();
+    let started = Instant::now();
+    let deadline = Duration::from_secs(if cfg!(debug_assertions) { 180 } else { 60 });
+    let mut reviews = tokio::task::JoinSet::new();
+    for i in 0..30 {
+        let uid = format!("profiles-{i:02}");
+        let body = template
+            .replacen("\"profiles-00\"", &format!("{uid:?}"), 1)
+            .into_bytes();
+        let client = client.clone();
+        reviews.spawn(async move {
+            let mut tries = 0u32;
+            loop {
+                tries += 1;
+                let answer = call(
+                    addr,
+                    &client,
+                    "POST",
+                    "/mutate",
+                    Some("application/json"),
+                    body.clone(),
+                )
+                .await;
+                let over_budget =
+                    matches!(&answer, Ok((s, _)) if *s == StatusCode::SERVICE_UNAVAILABLE);
+                if over_budget && started.elapsed() < deadline {
+                    // Spread out, so that the retries do not all meet the next free slot at once.
+                    let wait = 50 + u64::from(tries.min(10)) * 20 + (i as u64 * 7) % 50;
+                    tokio::time::sleep(Duration::from_millis(wait)).await;
+                    continue;
+                }
+                let patch = answer.as_ref().ok().and_then(|(_, bytes)| {
+                    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+                    let p = v["response"]["patch"].as_str()?;
+                    base64::engine::general_purpose::STANDARD.decode(p).ok()
+                });
+                let both = patch.is_some_and(|p| {
+                    let p = String::from_utf8_lossy(&p);
+                    p.contains("pdp-injector.io~1status\"")
+                        && p.contains("pdp-injector.io~1status-flagd\"")
+                });
+                let outcome = check_answer(answer, &uid, "injected_daemonset").and_then(|()| {
+                    both.then_some(())
+                        .ok_or_else(|| "not both profiles wired".into())
+                });
+                return (uid, tries, outcome);
+            }
+        });
+    }
+    let mut failures = Vec::new();
+    let mut tries = 0;
+    while let Some(r) = reviews.join_next().await {
+        let (uid, n, outcome) = r.unwrap();
+        tries += n;
+        if let Err(e) = outcome {
+            failures.push(format!("{uid}: {}", &e[..e.len().min(300)]));
+        }
+    }
+    let took = started.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    let peak = peak.await.unwrap();
+    let (mut latencies, errors) = normal.await.unwrap();
+    eprintln!(
+        "two profiles: 30 x {} KiB reviews naming cerbos,flagd in {took:.1?} ({tries} requests with the 503 \
+         retries), {} not answered with both wirings; server peak RSS {peak} KiB (budget {budget_kib} KiB)",
+        size / 1024,
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{failures:?}");
+    assert!(
+        peak < budget_kib,
+        "peak RSS {peak} KiB over the budget {budget_kib} KiB"
+    );
+    assert_normal_client_within(
+        "two profiles",
+        &mut latencies,
+        &errors,
+        Duration::from_secs(2),
+    );
+}
+
 /// Issue 25, 4: over HTTP/1.1, a client that writes its whole over-limit body before reading gets the 413, not a
 /// connection closed under it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

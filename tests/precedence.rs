@@ -488,3 +488,123 @@ fn a_status_recording_tls_variables_without_tls_s_flag_is_not_believed() {
     let (third, _) = inject(&rewired);
     assert_eq!(third.reason(), Reason::AlreadyInjected, "{third:?}");
 }
+
+/// A namespace opted in to daemonset mode, at Pod Security level `privileged` (the node's socket by hostPath) or
+/// the default `baseline`, requiring injection or not.
+fn daemonset_ns(privileged: bool, required: bool) -> NamespaceInfo {
+    let mut labels = vec![
+        ("pdp-injector.io/injection", "daemonset"),
+        (
+            "pdp-injector.io/required",
+            if required { "true" } else { "false" },
+        ),
+    ];
+    if privileged {
+        labels.push(("pod-security.kubernetes.io/enforce", "privileged"));
+    }
+    let labels: Vec<(String, String)> = labels
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    NamespaceInfo::from_labels("team", labels.iter().map(|(k, v)| (k, v)))
+}
+
+/// A status is believed value by value, not from the names it claims: a Pod that carries every variable,
+/// volume and mount its status names, one of them with another value than the profile gives, is not skipped
+/// as already wired; where injection is required it is refused.
+#[test]
+fn a_status_whose_names_are_carried_with_other_values_is_not_believed() {
+    use pdp_injector::core::Outcome;
+    use serde_json::{Value, json};
+    // cerbos alone where the socket is a hostPath; cerbos,flagd (a second status) where it is not.
+    let wired = |profiles: &str, privileged: bool| {
+        let p = json!({
+            "metadata": {"name": "p", "annotations": {"pdp-injector.io/profile": profiles}},
+            "spec": {"containers": [{"name": "app", "image": "x"}]}
+        });
+        let typed: Pod = serde_json::from_value(p).unwrap();
+        let ns = daemonset_ns(privileged, false);
+        match pdp_injector::core::inject(&typed, &ns, &Config::builtin()) {
+            Outcome::Injected(i) => {
+                serde_json::to_value(pdp_injector::core::patched(&typed, &i.patch).unwrap())
+                    .unwrap()
+            }
+            other => panic!("fixture not injected: {other:?}"),
+        }
+    };
+    let fixtures = [
+        (wired("cerbos", true), true),
+        (wired("cerbos,flagd", false), false),
+    ];
+    // The Pods as wired are believed everywhere.
+    for (pod, privileged) in &fixtures {
+        for required in [false, true] {
+            let o = outcome_of(pod.clone(), &daemonset_ns(*privileged, required));
+            assert_eq!(o.reason(), Reason::AlreadyInjected, "{o:?}");
+        }
+    }
+    // Its last definition of `name` (the one the kubelet uses).
+    fn var<'a>(pod: &'a mut Value, name: &str) -> &'a mut Value {
+        let env = pod["spec"]["containers"][0]["env"].as_array_mut().unwrap();
+        env.iter_mut().rev().find(|e| e["name"] == name).unwrap()
+    }
+    fn socket_mount(pod: &mut Value) -> &mut Value {
+        let mounts = pod["spec"]["containers"][0]["volumeMounts"]
+            .as_array_mut()
+            .unwrap();
+        mounts
+            .iter_mut()
+            .find(|m| m["name"] == "pdp-injector-socket")
+            .unwrap()
+    }
+    type Tamper = fn(&mut Value);
+    let tampered: [(&str, usize, Tamper); 7] = [
+        ("an address elsewhere", 0, |p| {
+            var(p, "CERBOS_PDP_ADDR")["value"] = json!("attacker.example:3593")
+        }),
+        ("the host from another field", 0, |p| {
+            var(p, "CERBOS_PDP_HOST")["valueFrom"]["fieldRef"]["fieldPath"] = json!("metadata.name")
+        }),
+        ("the second profile's host elsewhere", 1, |p| {
+            *var(p, "FLAGD_HOST") = json!({"name": "FLAGD_HOST", "value": "attacker.example"});
+        }),
+        ("a later definition overriding the address", 0, |p| {
+            let env = p["spec"]["containers"][0]["env"].as_array_mut().unwrap();
+            env.push(json!({"name": "CERBOS_PDP_ADDR", "value": "attacker.example:3593"}));
+        }),
+        ("the socket volume from another directory", 0, |p| {
+            let volumes = p["spec"]["volumes"].as_array_mut().unwrap();
+            let socket = volumes
+                .iter_mut()
+                .find(|v| v["name"] == "pdp-injector-socket")
+                .unwrap();
+            socket["hostPath"]["path"] = json!("/var/run/attacker");
+        }),
+        ("the socket mounted elsewhere", 0, |p| {
+            socket_mount(p)["mountPath"] = json!("/var/run/elsewhere")
+        }),
+        ("the socket mounted writable", 0, |p| {
+            socket_mount(p)["readOnly"] = json!(false)
+        }),
+    ];
+    for (what, fixture, tamper) in tampered {
+        let (pod, privileged) = &fixtures[fixture];
+        let mut p = pod.clone();
+        tamper(&mut p);
+        let o = outcome_of(p.clone(), &daemonset_ns(*privileged, true));
+        let Outcome::Denied(d) = &o else {
+            panic!("{what}: {o:?}")
+        };
+        assert_eq!(d.reason, Reason::ForgedStatus, "{what}: {}", d.message);
+        // Elsewhere wired as if it had no status (or refused, where the Pod's own volume takes our name).
+        let o = outcome_of(p, &daemonset_ns(*privileged, false));
+        assert_ne!(o.reason(), Reason::AlreadyInjected, "{what}: {o:?}");
+        assert!(
+            matches!(o, Outcome::Denied(_))
+                || o.warnings()
+                    .iter()
+                    .any(|w| w.code.code() == "status_not_carried"),
+            "{what}: {o:?}"
+        );
+    }
+}

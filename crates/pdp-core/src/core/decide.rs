@@ -2,9 +2,9 @@
 
 use crate::config::{Config, Mode, Profile, PssLevel};
 use crate::core::codes::{Denial, Reason, Warning, WarningCode};
-use crate::core::render::{Wiring, app_env};
+use crate::core::render::{Wiring, app_env, rendered_mount_path, rendered_volume, same_source};
 use crate::core::status::Status;
-use crate::core::view::{PodView, first_unnamed};
+use crate::core::view::{EnvEntry, MountEntry, NameEntry, PodView, each_entry, first_unnamed};
 use crate::names::*;
 
 /// What the core knows about the Pod's namespace (from the namespace cache, an offline stream, or nothing).
@@ -219,8 +219,8 @@ pub fn missing_wiring(pod: &PodView<'_>, status: &Status, config: &Config) -> Op
             "the init container {gate:?} that waits for the node's PDP"
         ));
     }
-    if let Some(v) = first_unnamed(pod.spec.as_ref().and_then(|s| s.volumes), &status.volumes) {
-        return Some(format!("volume {v:?}"));
+    if let Some(what) = volume_not_carried(pod, profile, status) {
+        return Some(what);
     }
     let least = app_env(
         profile,
@@ -290,6 +290,7 @@ pub fn missing_wiring(pod: &PodView<'_>, status: &Status, config: &Config) -> Op
         ));
     }
     // Each container once: the status is the Pod author's, and may name one container many times.
+    let kept = status.warnings.contains(&WarningCode::EnvKept);
     let mut seen = std::collections::BTreeSet::new();
     for name in status.containers.iter().filter(|n| seen.insert(n.as_str())) {
         let Some(c) = pod.containers().iter().find(|c| c.name.as_str() == name) else {
@@ -298,8 +299,93 @@ pub fn missing_wiring(pod: &PodView<'_>, status: &Status, config: &Config) -> Op
         if let Some(var) = first_unnamed(c.env, &claimed) {
             return Some(format!("variable {var} in container {name:?}"));
         }
+        if let Some(what) = env_not_carried(c.env, &claimed, &recorded, kept) {
+            return Some(format!("{what} in container {name:?}"));
+        }
         if let Some(v) = first_unnamed(c.volume_mounts, &mounted) {
             return Some(format!("the mount of volume {v:?} in container {name:?}"));
+        }
+        for v in &mounted {
+            let Some(path) = rendered_mount_path(profile, v) else {
+                continue;
+            };
+            let mut found = false;
+            each_entry(c.volume_mounts, |raw| {
+                found = crate::json::from_str::<MountEntry<'_>>(raw.get()).is_ok_and(|m| {
+                    m.name.as_str() == *v
+                        && m.mount_path.as_str() == path
+                        && m.read_only == Some(true)
+                });
+                found
+            });
+            if !found {
+                return Some(format!(
+                    "the read-only mount of volume {v:?} at {path} in container {name:?}"
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// The first claimed variable whose last definition in `env` (the one the kubelet uses) has another value than
+/// the recorded wiring gives. A first pass keeps a variable the app defines itself and records `env_kept`: such a
+/// status is believed with the app's values, which a fresh wiring would keep as well.
+fn env_not_carried(
+    env: Option<&serde_json::value::RawValue>,
+    claimed: &[&str],
+    recorded: &[k8s_openapi::api::core::v1::EnvVar],
+    kept: bool,
+) -> Option<String> {
+    if kept {
+        return None;
+    }
+    let mut last: Vec<Option<&serde_json::value::RawValue>> = vec![None; claimed.len()];
+    each_entry(env, |raw| {
+        if let Ok(e) = crate::json::from_str::<NameEntry<'_>>(raw.get())
+            && let Some(i) = claimed.iter().position(|c| *c == e.name.as_str())
+        {
+            last[i] = Some(raw);
+        }
+        false
+    });
+    for (name, raw) in claimed.iter().zip(last) {
+        let Some(ours) = recorded.iter().find(|e| e.name == *name) else {
+            continue;
+        };
+        let theirs = raw.and_then(|r| crate::json::from_str::<EnvEntry<'_>>(r.get()).ok());
+        let wanted = match theirs.as_ref().map(|t| same_source(t, ours)) {
+            Some(Ok(())) => continue,
+            Some(Err(wanted)) => wanted,
+            None => format!("{:?}", ours.value.as_deref().unwrap_or_default()),
+        };
+        return Some(format!("variable {name} as the profile sets it ({wanted})"));
+    }
+    None
+}
+
+/// The first volume the status names that the Pod lacks, or has with another source than the profile renders.
+fn volume_not_carried(pod: &PodView<'_>, profile: &Profile, status: &Status) -> Option<String> {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes);
+    if let Some(v) = first_unnamed(volumes, &status.volumes) {
+        return Some(format!("volume {v:?}"));
+    }
+    for name in &status.volumes {
+        let Some(wanted) = rendered_volume(profile, status, name) else {
+            continue;
+        };
+        let mut same = false;
+        each_entry(volumes, |raw| {
+            let named = crate::json::from_str::<NameEntry<'_>>(raw.get())
+                .is_ok_and(|e| e.name.as_str() == name);
+            if named {
+                same = serde_json::from_str::<k8s_openapi::api::core::v1::Volume>(raw.get())
+                    .is_ok_and(|v| v == wanted);
+            }
+            named
+        });
+        if !same {
+            return Some(format!("volume {name:?} as the profile renders it"));
         }
     }
     None
@@ -592,10 +678,12 @@ fn decide_rewire(
         Ok(c) => c,
         Err(d) => return Ok(Decision::Deny(d)),
     };
-    // Re-wiring only ever wires containers the first pass did not: none new, nothing to do.
+    // Re-wiring only ever wires containers the first pass did not: none new, nothing to do. A Pod with further
+    // profiles goes on to the pipeline, which judges their statuses too.
     let wired: std::collections::BTreeSet<&str> =
         status.containers.iter().map(String::as_str).collect();
-    if containers.iter().all(|c| wired.contains(c.as_str())) {
+    let several = pod_profiles(pod, config).is_ok_and(|p| p.len() > 1);
+    if !several && containers.iter().all(|c| wired.contains(c.as_str())) {
         return Ok(Decision::Skip(Reason::AlreadyInjected, vec![]));
     }
     Ok(Decision::Inject(Box::new(Plan {

@@ -35,6 +35,14 @@ pub enum OpValue {
 }
 
 impl OpValue {
+    /// The value read as a `T` (the view records what an earlier profile added with it).
+    pub fn read<T: serde::de::DeserializeOwned>(&self) -> Result<T, String> {
+        match self {
+            OpValue::Tree(v) => T::deserialize(v).map_err(|e| e.to_string()),
+            OpValue::Json(text) => serde_json::from_str(text).map_err(|e| e.to_string()),
+        }
+    }
+
     /// The value as a tree: moved when it is one, parsed when it is JSON text.
     fn into_tree(self) -> Value {
         match self {

@@ -3,15 +3,13 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use serde_json::Value;
-
 use crate::config::{Config, Mode, Profile, PssLevel};
 use crate::core::decide::{
     StatusDoubt, forged_status, missing_wiring, plan_profile, pod_profiles, status_key,
 };
 use crate::core::patch::{Form, JsonPatch};
 use crate::core::render::{Wiring, app_env, render, tls_applies};
-use crate::core::view::{PodView, pod_json};
+use crate::core::view::{PodView, Str, pod_json};
 use crate::core::{Decision, Denial, NamespaceInfo, Plan, Reason, Status, Warning, decide};
 use crate::names::ANNOTATION_STATUS;
 
@@ -196,77 +194,6 @@ pub fn wire(pod: &PodView<'_>, plan: Plan, config: &Config, form: Form) -> Outco
     }))
 }
 
-/// The sections of a Pod that rendering reads and writes, as JSON: what the view holds (annotations, labels,
-/// container names, `env`, `volumeMounts`, `volumes`, `hostNetwork`), at the same positions as in the Pod, so a
-/// patch rendered against it applies to the Pod unchanged.
-fn sections(pod: &PodView<'_>) -> Value {
-    let raw = |r: Option<&serde_json::value::RawValue>| {
-        r.and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
-    };
-    let mut out = serde_json::Map::new();
-    if let Some(meta) = &pod.metadata {
-        let mut m = serde_json::Map::new();
-        let map = |entries: &crate::core::view::StrMap<'_>| {
-            Value::Object(
-                entries
-                    .0
-                    .iter()
-                    .map(|(k, v)| {
-                        (
-                            k.as_str().to_string(),
-                            Value::String(v.as_str().to_string()),
-                        )
-                    })
-                    .collect(),
-            )
-        };
-        if let Some(a) = &meta.annotations {
-            m.insert("annotations".into(), map(a));
-        }
-        if let Some(l) = &meta.labels {
-            m.insert("labels".into(), map(l));
-        }
-        out.insert("metadata".into(), Value::Object(m));
-    }
-    if let Some(spec) = &pod.spec {
-        let container = |c: &crate::core::view::ContainerView<'_>| {
-            let mut m = serde_json::Map::new();
-            m.insert("name".into(), Value::String(c.name.as_str().to_string()));
-            if let Some(env) = raw(c.env) {
-                m.insert("env".into(), env);
-            }
-            if let Some(mounts) = raw(c.volume_mounts) {
-                m.insert("volumeMounts".into(), mounts);
-            }
-            Value::Object(m)
-        };
-        let mut m = serde_json::Map::new();
-        if let Some(cs) = &spec.containers {
-            m.insert("containers".into(), cs.iter().map(container).collect());
-        }
-        if let Some(cs) = &spec.init_containers {
-            m.insert("initContainers".into(), cs.iter().map(container).collect());
-        }
-        if let Some(v) = raw(spec.volumes) {
-            m.insert("volumes".into(), v);
-        }
-        if let Some(h) = spec.host_network {
-            m.insert("hostNetwork".into(), Value::Bool(h));
-        }
-        if let Some(s) = spec.share_process_namespace {
-            m.insert("shareProcessNamespace".into(), Value::Bool(s));
-        }
-        if let Some(r) = &spec.restart_policy {
-            m.insert(
-                "restartPolicy".into(),
-                Value::String(r.as_str().to_string()),
-            );
-        }
-        out.insert("spec".into(), Value::Object(m));
-    }
-    Value::Object(out)
-}
-
 /// Wires the profiles after the first of a `pdp-injector.io/profile` comma list, each as if it were alone: its
 /// own plan (the first profile's mode, containers and Pod Security level), its own status annotation
 /// ([`status_key`]) and its own reinvocation. Each is rendered against the Pod's sections with the patches so
@@ -284,8 +211,10 @@ fn wire_more(
         return Ok((first, warnings));
     }
     let internal = Denial::invalid_object;
-    let mut current = sections(input);
-    first.apply(&mut current).map_err(internal)?;
+    // One view of the Pod for every further profile, borrowing the input's: each patch is recorded in it,
+    // so nothing of the Pod is copied or parsed again.
+    let mut current = input.overlay();
+    current.apply(&first).map_err(internal)?;
     let mut ops = first.0;
     let mut done: Vec<&str> = vec![plan.profile.as_str()];
     for name in listed.iter().filter(|p| **p != plan.profile) {
@@ -303,24 +232,21 @@ fn wire_more(
         }
         done.push(name);
         let key = status_key(name);
-        let annotations = current["metadata"]["annotations"].as_object();
-        let previous: Option<Status> = match annotations.and_then(|a| a.get(&key)) {
+        // The status of this profile is the Pod's own: judged against the Pod as it came.
+        let own = input.annotation(&key);
+        let previous: Option<Status> = match own {
             None => None,
             Some(raw) => {
-                let doubt = match raw.as_str().map(serde_json::from_str::<Status>) {
-                    Some(Ok(s)) if s.profile != *name => Err(StatusDoubt::Unreadable(format!(
+                let doubt = match serde_json::from_str::<Status>(raw) {
+                    Ok(s) if s.profile != *name => Err(StatusDoubt::Unreadable(format!(
                         "names profile {:?}, not {name:?}",
                         s.profile
                     ))),
-                    Some(Ok(s)) => {
-                        let json = current.to_string();
-                        let view = PodView::parse(&json).map_err(internal)?;
-                        match missing_wiring(&view, &s, config) {
-                            None => Ok(s),
-                            Some(what) => Err(StatusDoubt::NotCarried(what)),
-                        }
-                    }
-                    _ => Err(StatusDoubt::Unreadable("is not a valid status".into())),
+                    Ok(s) => match missing_wiring(input, &s, config) {
+                        None => Ok(s),
+                        Some(what) => Err(StatusDoubt::NotCarried(what)),
+                    },
+                    Err(_) => Err(StatusDoubt::Unreadable("is not a valid status".into())),
                 };
                 match doubt {
                     Ok(s) => Some(s),
@@ -345,22 +271,11 @@ fn wire_more(
         };
         // render reads and writes pdp-injector.io/status: lend it this profile's status for the call, and move
         // what it writes there to the profile's own key.
-        let mut lent = current.clone();
-        if let Some(a) = lent["metadata"]["annotations"].as_object_mut() {
-            a.remove(ANNOTATION_STATUS);
-            if let Some(raw) = a.remove(&key) {
-                a.insert(ANNOTATION_STATUS.into(), raw);
-            }
-        }
-        let json = lent.to_string();
-        let view = PodView::parse(&json).map_err(internal)?;
-        let out = render(
-            &view,
-            &sub,
-            plan_profile(&view, &sub, config)?,
-            config,
-            Form::Apply,
-        )?;
+        let lent = lend_status(&mut current, &key, own);
+        let out = plan_profile(&current, &sub, config)
+            .and_then(|p| render(&current, &sub, p, config, Form::Apply));
+        restore_status(&mut current, lent);
+        let out = out?;
         // Pointers from their tokens (RFC 6901 escapes `~` and `/`), as every other path of the patch.
         let status_path = super::patch::pointer(["metadata", "annotations", ANNOTATION_STATUS]);
         let own_path = super::patch::pointer(["metadata", "annotations", key.as_str()]);
@@ -370,11 +285,40 @@ fn wire_more(
                 op.path = own_path.clone();
             }
         }
-        moved.apply(&mut current).map_err(internal)?;
+        current.apply(&moved).map_err(internal)?;
         ops.extend(moved.0);
         warnings.extend(out.warnings);
     }
     Ok((JsonPatch(ops), warnings))
+}
+
+/// What [`lend_status`] took from the view's annotations, to put back.
+type Lent<'a> = Vec<(Str<'a>, Str<'a>)>;
+
+/// Puts `value` (the status under `key`) in the view as `pdp-injector.io/status`, taking out what was there.
+fn lend_status<'a>(view: &mut PodView<'a>, key: &str, value: Option<&'a str>) -> Lent<'a> {
+    let Some(map) = view.metadata.as_mut().and_then(|m| m.annotations.as_mut()) else {
+        return Vec::new();
+    };
+    let (taken, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut map.0)
+        .into_iter()
+        .partition(|(k, _)| k.as_str() == ANNOTATION_STATUS || k.as_str() == key);
+    map.0 = kept;
+    if let Some(v) = value {
+        map.0.push((
+            Str(std::borrow::Cow::Borrowed(ANNOTATION_STATUS)),
+            Str(std::borrow::Cow::Borrowed(v)),
+        ));
+    }
+    taken
+}
+
+/// Undoes [`lend_status`].
+fn restore_status<'a>(view: &mut PodView<'a>, lent: Lent<'a>) {
+    if let Some(map) = view.metadata.as_mut().and_then(|m| m.annotations.as_mut()) {
+        map.0.retain(|(k, _)| k.as_str() != ANNOTATION_STATUS);
+        map.0.extend(lent);
+    }
 }
 
 /// What two profiles wired into one Pod in `mode` would both claim, if anything.

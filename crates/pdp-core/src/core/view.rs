@@ -15,11 +15,12 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{EnvVar, Pod, Volume, VolumeMount};
 use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::core::patch::{JsonPatch, OpValue};
 use crate::names::{
     ANNOTATION_DEFAULT_CONTAINER, ANNOTATION_MIRROR, ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES, PREFIX,
 };
@@ -164,6 +165,9 @@ pub struct SpecView<'a> {
     /// `shareProcessNamespace`: the watch container of a classic sidecar in such a Pod needs it.
     #[serde(default)]
     pub share_process_namespace: Option<bool>,
+    /// Volumes an earlier profile of the same review appended after `volumes` ([`PodView::apply`]).
+    #[serde(skip)]
+    pub added_volumes: Vec<Volume>,
 }
 
 /// What the core reads of a container.
@@ -180,6 +184,13 @@ pub struct ContainerView<'a> {
     /// `volumeMounts`, unparsed until the Pod is wired.
     #[serde(borrow, default)]
     pub volume_mounts: Option<&'a RawValue>,
+    /// What an earlier profile of the same review inserted into `env`: each variable with its index in the list
+    /// at that point, in order ([`PodView::apply`]).
+    #[serde(skip)]
+    pub added_env: Vec<(usize, EnvVar)>,
+    /// Mounts an earlier profile of the same review appended after `volumeMounts`.
+    #[serde(skip)]
+    pub added_mounts: Vec<VolumeMount>,
 }
 
 /// What rendering compares of an environment variable: its name and where its value comes from.
@@ -229,6 +240,9 @@ pub struct MountEntry<'a> {
     /// `mountPath`.
     #[serde(borrow, default)]
     pub mount_path: Str<'a>,
+    /// `readOnly`.
+    #[serde(default)]
+    pub read_only: Option<bool>,
 }
 
 /// A volume: its name, and the whole entry, parsed only when rendering meets a volume of the name it adds.
@@ -236,8 +250,17 @@ pub struct MountEntry<'a> {
 pub struct VolumeEntry<'a> {
     /// `name`.
     pub name: Str<'a>,
-    /// The entry as it is in the input.
-    pub raw: &'a RawValue,
+    /// The entry.
+    pub body: VolumeBody<'a>,
+}
+
+/// A volume's entry: as it is in the input, or as an earlier profile of the same review added it.
+#[derive(Debug)]
+pub enum VolumeBody<'a> {
+    /// The input's text.
+    Raw(&'a RawValue),
+    /// Added by an earlier profile.
+    Added(&'a Volume),
 }
 
 impl<'a> PodView<'a> {
@@ -386,6 +409,31 @@ pub fn first_unnamed<'w, W: AsRef<str>>(
         .map(|(w, _)| w.as_ref())
 }
 
+/// Calls `f` with each entry of a list, in order, until it returns `true`: one read of the list, which keeps
+/// nothing. A list that is not one counts as empty, as does `None`.
+pub fn each_entry<'a>(raw: Option<&'a RawValue>, mut f: impl FnMut(&'a RawValue) -> bool) {
+    struct Each<'f, F>(&'f mut F);
+    impl<'de, F: FnMut(&'de RawValue) -> bool> Visitor<'de> for Each<'_, F> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while let Some(entry) = seq.next_element::<&'de RawValue>()? {
+                if (self.0)(entry) {
+                    break;
+                }
+            }
+            Ok(())
+        }
+    }
+    if let Some(raw) = raw {
+        let mut de = serde_json::Deserializer::from_str(raw.get());
+        // Stopping early leaves the list unfinished, which the parser reports: what `f` saw stands either way.
+        let _ = de.deserialize_seq(Each(&mut f));
+    }
+}
+
 /// The volumes of a view, each with its name.
 pub fn volume_entries<'a>(
     raw: Option<&'a RawValue>,
@@ -396,11 +444,345 @@ pub fn volume_entries<'a>(
     list.into_iter()
         .map(|raw| {
             crate::json::from_str::<NameEntry<'a>>(raw.get())
-                .map(|n| VolumeEntry { name: n.name, raw })
+                .map(|n| VolumeEntry {
+                    name: n.name,
+                    body: VolumeBody::Raw(raw),
+                })
                 .map_err(|e| format!("spec.volumes has an invalid volume: {e}"))
         })
         .collect::<Result<Vec<_>, _>>()
         .map(Some)
+}
+
+/// A list's entries, counted without keeping them (a bound check of an index that a patch writes at).
+fn count_entries(raw: Option<&RawValue>) -> Result<usize, String> {
+    struct Count;
+    impl<'de> Visitor<'de> for Count {
+        type Value = usize;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list")
+        }
+        fn visit_unit<E>(self) -> Result<usize, E> {
+            Ok(0)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+            let mut n = 0;
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                n += 1;
+            }
+            Ok(n)
+        }
+    }
+    let Some(raw) = raw else { return Ok(0) };
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    de.deserialize_any(Count).map_err(|e| e.to_string())
+}
+
+impl SpecView<'_> {
+    /// The volumes with those an earlier profile of the same review added, each with its name; `None` when
+    /// there is no list.
+    pub fn volume_entries(&self) -> Result<Option<Vec<VolumeEntry<'_>>>, String> {
+        let mut list = volume_entries(self.volumes)?;
+        if !self.added_volumes.is_empty() {
+            list.get_or_insert_with(Vec::new)
+                .extend(self.added_volumes.iter().map(|v| VolumeEntry {
+                    name: Str(Cow::Borrowed(&v.name)),
+                    body: VolumeBody::Added(v),
+                }));
+        }
+        Ok(list)
+    }
+}
+
+impl<'a> ContainerView<'a> {
+    /// Whether the container has an `env` list, its own or one an earlier profile added.
+    pub fn has_env(&self) -> bool {
+        self.env.is_some() || !self.added_env.is_empty()
+    }
+
+    /// The whole `env`, parsed, with the variables an earlier profile inserted at their places.
+    pub fn env_entries(
+        &self,
+        what: impl FnOnce() -> String,
+    ) -> Result<Option<Vec<EnvEntry<'_>>>, String> {
+        let mut list = parse_list::<EnvEntry<'_>>(self.env, what)?;
+        if !self.added_env.is_empty() {
+            let list = list.get_or_insert_with(Vec::new);
+            for (at, var) in &self.added_env {
+                list.insert((*at).min(list.len()), EnvEntry::of(var));
+            }
+        }
+        Ok(list)
+    }
+
+    /// The `volumeMounts`, parsed, with those an earlier profile appended.
+    pub fn mount_entries(
+        &self,
+        what: impl FnOnce() -> String,
+    ) -> Result<Option<Vec<MountEntry<'_>>>, String> {
+        let mut list = parse_list::<MountEntry<'_>>(self.volume_mounts, what)?;
+        if !self.added_mounts.is_empty() {
+            list.get_or_insert_with(Vec::new)
+                .extend(self.added_mounts.iter().map(|m| MountEntry {
+                    name: Str(Cow::Borrowed(&m.name)),
+                    mount_path: Str(Cow::Borrowed(&m.mount_path)),
+                    read_only: m.read_only,
+                }));
+        }
+        Ok(list)
+    }
+
+    /// A container the view knows by name only: one an earlier profile added (render reads no more of it).
+    fn named(name: String) -> ContainerView<'a> {
+        ContainerView {
+            name: Str(Cow::Owned(name)),
+            ..Default::default()
+        }
+    }
+}
+
+impl<'a> EnvEntry<'a> {
+    /// The entry of a variable rendering made.
+    fn of(var: &'a EnvVar) -> EnvEntry<'a> {
+        EnvEntry {
+            name: Str(Cow::Borrowed(&var.name)),
+            value: var.value.as_deref().map(|v| Str(Cow::Borrowed(v))),
+            value_from: var.value_from.as_ref().map(|v| ValueFromEntry {
+                field_ref: v.field_ref.as_ref().map(|f| FieldRefEntry {
+                    field_path: Str(Cow::Borrowed(&f.field_path)),
+                }),
+            }),
+        }
+    }
+}
+
+/// The annotations rendering reads besides the status, which the caller lends it ([`PodView::overlay`]).
+const RENDER_READS: [&str; 2] = [
+    ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES,
+    ANNOTATION_DEFAULT_CONTAINER,
+];
+
+fn reborrow<'s>(s: &'s Str<'_>) -> Str<'s> {
+    Str(Cow::Borrowed(s.as_str()))
+}
+
+fn reborrow_container<'s>(c: &'s ContainerView<'_>) -> ContainerView<'s> {
+    ContainerView {
+        name: reborrow(&c.name),
+        env: c.env,
+        volume_mounts: c.volume_mounts,
+        added_env: c.added_env.clone(),
+        added_mounts: c.added_mounts.clone(),
+    }
+}
+
+impl<'a> PodView<'a> {
+    /// A view of the same Pod to render further profiles over, each after [`apply`](Self::apply) of the patch
+    /// so far: the spec's names and lists borrowed from this view (nothing of the Pod is copied), the
+    /// annotations cut to those rendering reads besides the status, and no labels.
+    pub fn overlay(&self) -> PodView<'_> {
+        let borrow = reborrow;
+        let container = reborrow_container;
+        PodView {
+            metadata: self.metadata.as_ref().map(|m| MetaView {
+                annotations: m.annotations.as_ref().map(|a| {
+                    StrMap(
+                        a.0.iter()
+                            .filter(|(k, _)| RENDER_READS.contains(&k.as_str()))
+                            .map(|(k, v)| (borrow(k), borrow(v)))
+                            .collect(),
+                    )
+                }),
+                labels: None,
+            }),
+            spec: self.spec.as_ref().map(|s| SpecView {
+                containers: s
+                    .containers
+                    .as_ref()
+                    .map(|c| c.iter().map(container).collect()),
+                init_containers: s
+                    .init_containers
+                    .as_ref()
+                    .map(|c| c.iter().map(container).collect()),
+                volumes: s.volumes,
+                host_network: s.host_network,
+                restart_policy: s.restart_policy.as_ref().map(borrow),
+                share_process_namespace: s.share_process_namespace,
+                added_volumes: s.added_volumes.clone(),
+            }),
+        }
+    }
+
+    /// Records what `patch` (rendered against this view) adds, as applying it to the Pod would: annotations,
+    /// containers, init containers, variables, mounts, volumes, `shareProcessNamespace`. The Pod's own lists
+    /// stay unparsed. Fails on an operation rendering does not write.
+    pub fn apply(&mut self, patch: &JsonPatch) -> Result<(), String> {
+        for op in &patch.0 {
+            let tokens: Vec<String> = op.path.tokens().map(|t| t.decoded().into_owned()).collect();
+            let t: Vec<&str> = tokens.iter().map(|t| t.as_ref()).collect();
+            self.apply_one(&t, &op.value)
+                .map_err(|e| format!("cannot apply the patch at {}: {e}", op.path))?;
+        }
+        Ok(())
+    }
+
+    fn apply_one(&mut self, path: &[&str], value: &OpValue) -> Result<(), String> {
+        let index = |t: &str, len: usize| match t.parse::<usize>() {
+            Ok(i) if i <= len => Ok(i),
+            _ if t == "-" => Ok(len),
+            _ => Err(format!("index {t:?} of a list of {len}")),
+        };
+        // An index into a list of the Pod's entries and `added` more: counted only when past the added ones
+        // (rendering prepends), and at the end when `append`.
+        let within = |t: &str, raw: Option<&RawValue>, added: usize, append: bool| match t
+            .parse::<usize>()
+        {
+            Ok(i) if i <= added && !append => Ok(i),
+            _ => {
+                let len = count_entries(raw)? + added;
+                let i = index(t, len)?;
+                if append && i != len {
+                    return Err(format!("index {t:?} is not the end of a list of {len}"));
+                }
+                Ok(i)
+            }
+        };
+        match path {
+            ["metadata"] => {
+                let meta: BTreeMapStrings = value.read()?;
+                self.metadata = Some(MetaView::default());
+                if let Some(a) = meta.annotations {
+                    self.set_annotations(a);
+                }
+            }
+            ["metadata", "annotations"] => self.set_annotations(value.read()?),
+            ["metadata", "annotations", key] => {
+                let v: String = value.read()?;
+                let map = self
+                    .metadata
+                    .as_mut()
+                    .and_then(|m| m.annotations.as_mut())
+                    .ok_or("no annotations")?;
+                map.0
+                    .push((Str(Cow::Owned(key.to_string())), Str(Cow::Owned(v))));
+            }
+            ["spec", "shareProcessNamespace"] => {
+                self.spec_mut()?.share_process_namespace = Some(value.read()?);
+            }
+            ["spec", list @ ("containers" | "initContainers")] => {
+                let added: Vec<NameOnly> = value.read()?;
+                let spec = self.spec_mut()?;
+                let list = if *list == "containers" {
+                    &mut spec.containers
+                } else {
+                    &mut spec.init_containers
+                };
+                if list.is_some() {
+                    return Err("the list exists".into());
+                }
+                *list = Some(
+                    added
+                        .into_iter()
+                        .map(|c| ContainerView::named(c.name))
+                        .collect(),
+                );
+            }
+            ["spec", list @ ("containers" | "initContainers"), at] => {
+                let added: NameOnly = value.read()?;
+                let spec = self.spec_mut()?;
+                let list = if *list == "containers" {
+                    &mut spec.containers
+                } else {
+                    &mut spec.init_containers
+                };
+                let list = list.as_mut().ok_or("no such list")?;
+                let at = index(at, list.len())?;
+                list.insert(at, ContainerView::named(added.name));
+            }
+            [
+                "spec",
+                "containers",
+                i,
+                field @ ("env" | "volumeMounts"),
+                rest @ ..,
+            ] => {
+                let c = self
+                    .spec_mut()?
+                    .containers
+                    .as_mut()
+                    .and_then(|c| c.get_mut(i.parse::<usize>().ok()?))
+                    .ok_or("no such container")?;
+                let (raw, added) = if *field == "env" {
+                    (c.env, c.added_env.len())
+                } else {
+                    (c.volume_mounts, c.added_mounts.len())
+                };
+                let raw = raw.filter(|r| r.get().trim() != "null");
+                if rest.is_empty() && (raw.is_some() || added > 0) {
+                    return Err("the list exists".into());
+                }
+                match (*field, rest) {
+                    ("env", []) => {
+                        let vars: Vec<EnvVar> = value.read()?;
+                        c.added_env.extend(vars.into_iter().enumerate());
+                    }
+                    ("env", [at]) => {
+                        let at = within(at, raw, added, false)?;
+                        c.added_env.push((at, value.read()?));
+                    }
+                    ("volumeMounts", []) => {
+                        c.added_mounts.extend(value.read::<Vec<VolumeMount>>()?)
+                    }
+                    ("volumeMounts", [at]) => {
+                        within(at, raw, added, true)?;
+                        c.added_mounts.push(value.read()?);
+                    }
+                    _ => return Err("not a place rendering writes".into()),
+                }
+            }
+            ["spec", "volumes", rest @ ..] => {
+                let spec = self.spec_mut()?;
+                let raw = spec.volumes.filter(|r| r.get().trim() != "null");
+                let added = spec.added_volumes.len();
+                match rest {
+                    [] if raw.is_none() && added == 0 => spec.added_volumes = value.read()?,
+                    [at] if raw.is_some() || added > 0 => {
+                        within(at, raw, added, true)?;
+                        spec.added_volumes.push(value.read()?);
+                    }
+                    _ => return Err("not a place rendering writes".into()),
+                }
+            }
+            _ => return Err("not a place rendering writes".into()),
+        }
+        Ok(())
+    }
+
+    fn spec_mut(&mut self) -> Result<&mut SpecView<'a>, String> {
+        self.spec.as_mut().ok_or_else(|| "no spec".to_string())
+    }
+
+    fn set_annotations(&mut self, map: std::collections::BTreeMap<String, String>) {
+        let entries = map
+            .into_iter()
+            .map(|(k, v)| (Str(Cow::Owned(k)), Str(Cow::Owned(v))))
+            .collect();
+        self.metadata
+            .get_or_insert_with(Default::default)
+            .annotations = Some(StrMap(entries));
+    }
+}
+
+/// The metadata a patch adds whole.
+#[derive(Deserialize)]
+struct BTreeMapStrings {
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// A container as a patch adds it: the view keeps its name.
+#[derive(Deserialize)]
+struct NameOnly {
+    name: String,
 }
 
 /// The JSON of a typed Pod, for callers that hold one (the offline command, tests): the view is then parsed from

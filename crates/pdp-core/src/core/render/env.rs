@@ -2,11 +2,10 @@
 //! own list without replacing what the Pod author wrote.
 
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector};
-use serde_json::value::RawValue;
 
 use super::Wiring;
 use crate::config::{HostField, Mode, NodeAddressFamily, Profile};
-use crate::core::view::{EnvEntry, Str, parse_list};
+use crate::core::view::{ContainerView, EnvEntry, Str};
 use crate::core::{Warning, WarningCode};
 
 /// The variables an app container receives, in the order they are prepended.
@@ -149,6 +148,17 @@ impl<'a> EnvSource<'a> {
     }
 }
 
+/// Whether a variable of the Pod's has the value (or the field) of one of ours, and how ours reads if not.
+pub fn same_source(existing: &EnvEntry<'_>, ours: &EnvVar) -> Result<(), String> {
+    let theirs = EnvSource::of_existing(existing);
+    let wanted = EnvSource::of_ours(ours);
+    if theirs == wanted {
+        Ok(())
+    } else {
+        Err(wanted.describe())
+    }
+}
+
 /// Where each variable the container lacks goes: prepended, so that the container's own variables can use
 /// them as `$(VAR)`; a variable the container already defines differently is kept and reported. Returns the
 /// insertions in the order they apply: each variable's index in the list as it is at that point, and its index
@@ -162,7 +172,8 @@ pub(super) fn ensure_env(
 ) -> Vec<(usize, usize)> {
     let mut missing = Vec::new();
     for (i, var) in ours.iter().enumerate() {
-        match existing.iter().find(|e| e.name.as_str() == var.name) {
+        // The last definition is the one the kubelet uses.
+        match existing.iter().rev().find(|e| e.name.as_str() == var.name) {
             None => missing.push((i, var)),
             Some(e) if EnvSource::of_existing(e) == EnvSource::of_ours(var) => {}
             Some(e) => warnings.push(Warning {
@@ -265,23 +276,30 @@ fn names_any(text: &str, names: &[&str]) -> bool {
 /// The entries of a container's `env` that rendering must compare: those that may define one of `names`.
 /// Rendering puts its variables in front of the list, so the other entries matter to nothing but their
 /// positions, which a prepend leaves alone. A list whose text has no escape and no `"name": "NAME"` for any of
-/// `names` cannot define one (a JSON string without escapes is written literally): none of it is parsed,
-/// which is most of the work of wiring a large Pod. Any other list is parsed.
-pub(super) fn relevant_env<'a>(
-    raw: Option<&'a RawValue>,
+/// `names`, and to which no earlier profile of the review added one of them, cannot define one (a JSON string
+/// without escapes is written literally): none of it is parsed, which is most of the work of wiring a large
+/// Pod. Any other list is parsed whole, with what earlier profiles inserted at its places.
+pub(super) fn relevant_env<'c>(
+    container: &'c ContainerView<'_>,
     names: &OurNames<'_>,
     what: impl FnOnce() -> String,
-) -> Result<Option<Vec<EnvEntry<'a>>>, String> {
-    let Some(raw) = raw else {
+) -> Result<Option<Vec<EnvEntry<'c>>>, String> {
+    if !container.has_env() {
         return Ok(None);
-    };
-    let text = raw.get();
+    }
     // memchr's vectorised search: `str::contains(char)` reads a word at a time, and the lists are long.
-    if text.starts_with('[')
-        && memchr::memchr(b'\\', text.as_bytes()).is_none()
-        && !names.any_in(text)
-    {
+    let own_irrelevant = container.env.is_none_or(|raw| {
+        let text = raw.get();
+        text.starts_with('[')
+            && memchr::memchr(b'\\', text.as_bytes()).is_none()
+            && !names.any_in(text)
+    });
+    let added_irrelevant = container
+        .added_env
+        .iter()
+        .all(|(_, v)| !names.names.contains(&v.name.as_str()));
+    if own_irrelevant && added_irrelevant {
         return Ok(Some(Vec::new()));
     }
-    parse_list(Some(raw), what)
+    container.env_entries(what)
 }

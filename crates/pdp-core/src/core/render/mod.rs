@@ -15,15 +15,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Volume, VolumeMount};
 
-pub use env::app_env;
 use env::{OurNames, ensure_env, node_address, node_host_var, relevant_env};
+pub use env::{app_env, same_source};
 pub use sidecar::sidecar_container;
 use sidecar::{Classic, classic_sidecar, helper_container};
 use volumes::{ensure_mount, ensure_volume, mtls_volume, socket_volume, tls_volume};
 
 use crate::config::{Config, Mode, NodeAddressFamily, Placement, Profile, SocketBy};
 use crate::core::patch::{Form, JsonPatch, OpValue, PatchBuilder, pointer};
-use crate::core::view::{MountEntry, PodView, SpecView, parse_list, volume_entries};
+use crate::core::view::{PodView, SpecView};
 use crate::core::{Denial, Plan, Reason, Status, Warning, WarningCode};
 use crate::names::*;
 
@@ -176,6 +176,42 @@ pub fn render(
         warnings,
         status,
     })
+}
+
+/// The volume named `name` as a first pass with `profile` renders it in the wiring `status` records, when it is
+/// one of the volumes that carry the wiring (the socket, the client and server certificates, the PDP's own
+/// files); `None` for another name (the classic sidecar's helper emptyDirs, compared by name only).
+pub fn rendered_volume(profile: &Profile, status: &Status, name: &str) -> Option<Volume> {
+    let by = match status.socket_volume.as_deref() {
+        Some("csi") => SocketBy::Csi,
+        _ => SocketBy::HostPath,
+    };
+    let volumes = [
+        socket_volume(profile, status.mode, by),
+        mtls_volume(profile),
+        tls_volume(profile),
+    ];
+    volumes
+        .into_iter()
+        .flatten()
+        .chain(
+            (status.mode == Mode::Sidecar)
+                .then(|| profile.volumes.iter().map(|v| v.volume.clone()))
+                .into_iter()
+                .flatten(),
+        )
+        .find(|v| v.name == name)
+}
+
+/// Where a first pass with `profile` mounts volume `name` in app containers, read-only: the socket's
+/// directory, the client or server certificates' path.
+pub fn rendered_mount_path<'p>(profile: &'p Profile, name: &str) -> Option<&'p str> {
+    match name {
+        VOLUME_SOCKET => Some(&profile.socket.dir),
+        VOLUME_MTLS => profile.mtls.as_ref().map(|m| m.mount_path.as_str()),
+        VOLUME_TLS => profile.tls.as_ref().map(|t| t.mount_path.as_str()),
+        _ => None,
+    }
 }
 
 /// The app containers' wiring, and the socket volume when the Pod gets one. A re-wiring gives new containers
@@ -333,7 +369,7 @@ fn pod_volumes(
     if plan.previous.is_some() {
         return Ok(out);
     }
-    let entries = volume_entries(spec.volumes).map_err(invalid)?;
+    let entries = spec.volume_entries().map_err(invalid)?;
     out.count = entries.as_ref().map(Vec::len);
     let existing = entries.unwrap_or_default();
     let v = &mut out.new;
@@ -403,7 +439,7 @@ fn wire_app_containers(
             continue;
         }
         let index = i.to_string();
-        let env = relevant_env(container.env, &our_names, || {
+        let env = relevant_env(container, &our_names, || {
             format!("spec.containers[{i}].env")
         })
         .map_err(invalid)?;
@@ -432,10 +468,9 @@ fn wire_app_containers(
             }
         }
 
-        let mounts = parse_list::<MountEntry<'_>>(container.volume_mounts, || {
-            format!("spec.containers[{i}].volumeMounts")
-        })
-        .map_err(invalid)?;
+        let mounts = container
+            .mount_entries(|| format!("spec.containers[{i}].volumeMounts"))
+            .map_err(invalid)?;
         let existing = mounts.as_deref().unwrap_or_default();
         let mut added = Vec::new();
         let read_only = |name: &str, mount_path: &str| VolumeMount {

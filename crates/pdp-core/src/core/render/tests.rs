@@ -7,6 +7,20 @@ fn raw(text: &str) -> Box<RawValue> {
     RawValue::from_string(text.to_string()).unwrap()
 }
 
+/// [`relevant_env`] of a container with `env` and nothing added: the names of the entries it returns.
+fn relevant(
+    env: Option<&RawValue>,
+    names: &OurNames<'_>,
+    what: impl FnOnce() -> String,
+) -> Result<Option<Vec<String>>, String> {
+    let container = crate::core::view::ContainerView {
+        env,
+        ..Default::default()
+    };
+    relevant_env(&container, names, what)
+        .map(|l| l.map(|l| l.iter().map(|e| e.name.as_str().to_string()).collect()))
+}
+
 #[test]
 fn env_lists_are_parsed_only_when_they_may_define_ours() {
     let names = OurNames::new(vec!["CERBOS_PDP_ADDR"]);
@@ -14,19 +28,19 @@ fn env_lists_are_parsed_only_when_they_may_define_ours() {
     // Nothing of ours: not parsed (a malformed entry there is the apiserver's to refuse).
     let plain = raw(r#"[{"name":"A","value":"1"},{"name":5}]"#);
     assert!(
-        relevant_env(Some(&plain), &names, what)
+        relevant(Some(&plain), &names, what)
             .unwrap()
             .unwrap()
             .is_empty()
     );
     // With spaces around the colon, as a client may write it: still found.
     let spaced = raw(r#"[ { "name" : "CERBOS_PDP_ADDR", "value": "x" } ]"#);
-    let env = relevant_env(Some(&spaced), &names, what).unwrap().unwrap();
+    let env = relevant(Some(&spaced), &names, what).unwrap().unwrap();
     assert_eq!(env.len(), 1);
     // Our name inside a longer string is not ours: not parsed either.
     let longer = raw(r#"[{"name":"XCERBOS_PDP_ADDR","value":"CERBOS_PDP_ADDR_2"},{"name":5}]"#);
     assert!(
-        relevant_env(Some(&longer), &names, what)
+        relevant(Some(&longer), &names, what)
             .unwrap()
             .unwrap()
             .is_empty()
@@ -37,26 +51,23 @@ fn env_lists_are_parsed_only_when_they_may_define_ours() {
         r#"[{"name":"CERBOS\u005fPDP_ADDR","value":"x"}]"#,
     ] {
         let list = raw(text);
-        let env = relevant_env(Some(&list), &names, what).unwrap().unwrap();
-        assert!(
-            env.iter().any(|e| e.name.as_str() == "CERBOS_PDP_ADDR"),
-            "{text}"
-        );
+        let env = relevant(Some(&list), &names, what).unwrap().unwrap();
+        assert!(env.iter().any(|e| e == "CERBOS_PDP_ADDR"), "{text}");
     }
     // Our name as a value only defines nothing of ours: not parsed (the malformed entry proves it).
     let value = raw(r#"[{"name":"A","value":"CERBOS_PDP_ADDR"},{"name":5}]"#);
-    let env = relevant_env(Some(&value), &names, what).unwrap().unwrap();
+    let env = relevant(Some(&value), &names, what).unwrap().unwrap();
     assert!(env.is_empty());
     // A nested "name" that happens to be ours (a configMapKeyRef): parsed, to be safe, and the entry found.
     let nested = raw(
         r#"[{"name":"A","valueFrom":{"configMapKeyRef":{"name":"CERBOS_PDP_ADDR","key":"k"}}}]"#,
     );
-    let env = relevant_env(Some(&nested), &names, what).unwrap().unwrap();
+    let env = relevant(Some(&nested), &names, what).unwrap().unwrap();
     assert_eq!(env.len(), 1);
     // A list that is not a list is parsed, and refused.
     let odd = raw(r#""CERBOS_PDP_ADDR""#);
-    assert!(relevant_env(Some(&odd), &names, what).is_err());
-    assert!(relevant_env(None, &names, what).unwrap().is_none());
+    assert!(relevant(Some(&odd), &names, what).is_err());
+    assert!(relevant(None, &names, what).unwrap().is_none());
 }
 
 #[test]
@@ -64,10 +75,7 @@ fn the_names_shared_prefix_decides_only_when_absent() {
     let what = || "env".to_string();
     let found = |names: &OurNames<'_>, text: &str| {
         let list = raw(text);
-        relevant_env(Some(&list), names, what)
-            .unwrap()
-            .unwrap()
-            .len()
+        relevant(Some(&list), names, what).unwrap().unwrap().len()
     };
     // Several names with a shared prefix; a malformed entry shows whether the list was parsed.
     let shared = OurNames::new(vec![

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{
 use super::collision;
 use crate::config::{Mode, Profile, SocketBy};
 use crate::core::Denial;
-use crate::core::view::{MountEntry, VolumeEntry};
+use crate::core::view::{MountEntry, VolumeBody, VolumeEntry};
 use crate::names::*;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -140,7 +140,12 @@ pub(super) fn ensure_volume(
     };
     if let Some(v) = existing.iter().find(|v| v.name.as_str() == volume.name) {
         // Only a volume of the same name is parsed whole, to compare.
-        let same = serde_json::from_str::<Volume>(v.raw.get()).is_ok_and(|v| v == volume);
+        let same = match v.body {
+            VolumeBody::Raw(raw) => {
+                serde_json::from_str::<Volume>(raw.get()).is_ok_and(|v| v == volume)
+            }
+            VolumeBody::Added(v) => *v == volume,
+        };
         return if same { Ok(()) } else { Err(clash()) };
     }
     match added.iter().find(|v| v.name == volume.name) {
