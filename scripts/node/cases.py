@@ -22,11 +22,13 @@ import json
 import os
 import re
 import secrets
+import statistics
 import subprocess
 import sys
 import threading
 import time
 import traceback
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -61,7 +63,9 @@ HELM_VALUES = ["-f", CHART / "ci/mixed-values.yaml", "--set", f"pdp.central.clus
                "--set", "tests.image=localhost/pdp-injector-node/pdpclient:dev",
                "--set-json", 'tests.command=["/pdpclient","check"]',
                # A profile with the start-up gate for Pods without the CSI volume (the privileged hostPath here).
-               "--set-json", 'webhook.extraProfiles={"cerbos-gated":{"extends":"cerbos","awaitNode":true}}']
+               "--set-json", 'webhook.extraProfiles={"cerbos-gated":{"extends":"cerbos","awaitNode":true}}',
+               # flagd's gRPC sync from this project: the central source, a relay per node, the FeatureFlag CRD.
+               "--set", "pdp.flagSync.enabled=true", "--set", "pdp.flagSync.installCRD=true"]
 HELM = None
 POLICY = REPO / "manifests/components/pdp-daemonset/policies/document.yaml"
 CLIENT = "localhost/pdp-injector-node/pdpclient:dev"
@@ -267,6 +271,8 @@ def install(skip):
     rollout("daemonset", "pdp-node-front", "pdp-node", 240)
     t_central = rollout("deployment", "cerbos-pdp", "pdp-central", 240)
     t_csi = rollout("daemonset", "pdp-csi-node", "pdp-node", 240)
+    rollout("deployment", "pdp-flag-sync", "pdp-system", 240)
+    rollout("daemonset", "pdp-flag-relay", "pdp-flags", 240)
     wait_for("the CSI driver registered with the kubelet (CSINode)", csi_registered, 60)
     t_csi_reg = time.monotonic() - t0
     wait_injecting(namespace("probe", {"pdp-injector.io/injection": "enabled"}))
@@ -1489,6 +1495,183 @@ def _(shared):
 
 def cleanup():
     kubectl("delete", "namespace", "-l", f"{RUN_LABEL}={RUN_ID}", "--wait=false", check_rc=False)
+
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# flagd: the official Rust provider, in-process, through this project's sync (central source + node relay)
+
+FLAGD_PROBE = "localhost/pdp-injector-node/flagd-probe:dev"
+FLAG_PROBES = ["new-checkout:bool", "banner:string", "tier:string:email=ann@example.com",
+               "tier:string:email=bob@other.org"]
+FLAG_EXPECTED = {"new-checkout:bool": True, "banner:string": "hello", "tier:string:email=ann@example.com": "gold",
+                 "tier:string:email=bob@other.org": "basic"}
+
+
+def feature_flag(ns, name, flags):
+    return {"apiVersion": "core.openfeature.dev/v1beta1", "kind": "FeatureFlag",
+            "metadata": {"name": name, "namespace": ns}, "spec": {"flagSpec": {"flags": flags}}}
+
+
+def app_flags(banner="hello"):
+    return {
+        "new-checkout": {"state": "ENABLED", "variants": {"on": True, "off": False}, "defaultVariant": "on"},
+        "banner": {"state": "ENABLED", "variants": {"current": banner}, "defaultVariant": "current"},
+        "tier": {"state": "ENABLED", "variants": {"gold": "gold", "basic": "basic"}, "defaultVariant": "basic",
+                 "targeting": {"if": [{"ends_with": [{"var": "email"}, "@example.com"]}, "gold", "basic"]}},
+    }
+
+
+def flag_app(name, ns, probes, env=()):
+    """The Rust provider's app, wired by the webhook (flagd-in-process), with no ServiceAccount token."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name},
+                                               "annotations": {"pdp-injector.io/profile": "flagd-in-process"}},
+                                  "spec": {"terminationGracePeriodSeconds": 2, "automountServiceAccountToken": False,
+                                           "containers": [{
+                                               "name": "app", "image": FLAGD_PROBE, "imagePullPolicy": "IfNotPresent",
+                                               "args": probes, "env": [{"name": k, "value": v} for k, v in env],
+                                               "securityContext": restricted_sc(),
+                                               "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                                                             "limits": {"memory": "64Mi"}}}]}}}}
+
+
+class FollowLogs:
+    """`kubectl logs -f` of one Pod's JSON lines, each with the time it was read here."""
+
+    def __init__(self, ns, pod):
+        self.lines, self.cond = [], threading.Condition()
+        self.proc = subprocess.Popen(["kubectl", f"--kubeconfig={KUBECONFIG}", "-n", ns, "logs", "-f", pod],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for raw in self.proc.stdout:
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            line["seen"] = time.time()
+            with self.cond:
+                self.lines.append(line)
+                self.cond.notify_all()
+
+    def wait(self, what, pred, timeout):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for line in self.lines:
+                    if pred(line):
+                        return line
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Fail(f"{what}: not in the app's log within {timeout}s; last lines {self.lines[-4:]}")
+                self.cond.wait(min(left, 0.2))
+
+    def values(self, want, timeout, after=0.0):
+        return self.wait(f"values {want}", lambda l: l.get("event") == "values" and l["seen"] >= after
+                         and all(l["values"].get(k) == v for k, v in want.items()), timeout)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def relay_metric(prefix):
+    with urllib.request.urlopen(f"http://{NODE_IP}:8017/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(prefix):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def set_banner(ns, value):
+    kubectl("-n", ns, "patch", "featureflag", "app-flags", "--type=merge", "-p",
+            json.dumps({"spec": {"flagSpec": {"flags": {"banner": {"variants": {"current": value}}}}}}))
+
+
+@case("flagd-in-process-rust-provider-through-the-node-relay")
+def _(shared):
+    ns = namespace("flags", {"pdp-injector.io/injection": "daemonset"})
+    other = namespace("flags-other")
+    kubectl("apply", "-f", "-", input=feature_flag(ns, "app-flags", app_flags()))
+    kubectl("apply", "-f", "-", input=feature_flag(other, "secret-flags", {
+        "secret": {"state": "ENABLED", "variants": {"x": "other-namespace-only"}, "defaultVariant": "x"}}))
+    kubectl("apply", "-f", "-", input=flag_app("app", ns, FLAG_PROBES))
+    rollout("deployment", "app", ns, 120)
+    pod = pod_of(ns, "app")
+    env = env_of(pod["spec"]["containers"][0])
+    check(env.get("FLAGD_RESOLVER") == "in-process" and env.get("FLAGD_PORT") == "8015"
+          and env.get("FLAGD_HOST") == {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.hostIP"}},
+          f"the app is not wired to its node's sync port: {env}")
+    check(not any(v.get("projected") or v.get("secret") for v in pod["spec"].get("volumes") or []),
+          f"the app has a token or secret volume: {pod['spec'].get('volumes')}")
+    follow = FollowLogs(ns, pod["metadata"]["name"])
+    try:
+        first = follow.values(FLAG_EXPECTED, 60)
+        check(first["failed"] == [], f"failed evaluations: {first}")
+        figure("  the Rust provider (open-feature-flagd, in-process) evaluated a boolean, a string and a targeting "
+               "flag (two contexts) from its node's relay, configured only by the injected environment")
+        lags = []
+        for i in range(1, 21):
+            value = f"change-{i}"
+            written = time.time()
+            set_banner(ns, value)
+            lags.append(follow.values({"banner:string": value}, 15, after=written)["seen"] - written)
+        lags.sort()
+        p50, p99 = statistics.median(lags), lags[-1]
+        figure(f"  20 changes to the FeatureFlag, each seen by the app: change-to-evaluation p50 {p50 * 1000:.0f} ms, "
+               f"p99 (max of 20) {p99 * 1000:.0f} ms (kubectl patch to the app's log line, 100 ms evaluation period)")
+        check(p99 < 1.0, f"change-to-evaluation p99 {p99:.2f}s (target < 1 s): {lags}")
+
+        # The relay replaced while the app evaluates every 100 ms; a change made during the replacement arrives.
+        kubectl("-n", "pdp-flags", "rollout", "restart", "daemonset/pdp-flag-relay")
+        set_banner(ns, "during-relay-restart")
+        rollout("daemonset", "pdp-flag-relay", "pdp-flags", 120)
+        t = time.time()
+        follow.values({"banner:string": "during-relay-restart"}, 60)
+        failed = [l for l in follow.lines if l.get("event") == "values" and l["failed"]]
+        check(not failed, f"evaluations failed while the relay was replaced: {failed[:3]}")
+        figure(f"  the relay replaced under the app: 0 failed evaluations in {len(follow.lines)} logged states; the "
+               f"change made during the replacement seen {time.time() - t:.1f}s after the rollout finished")
+    finally:
+        follow.stop()
+
+    # Another namespace's flag set, named by the app's own selector: refused, never delivered.
+    refused = relay_metric('pdp_flag_sync_refused_total{code="permission_denied"}')
+    kubectl("apply", "-f", "-", input=flag_app("nosy", ns, ["secret:string"],
+                                               env=[("FLAGD_SOURCE_SELECTOR", f"{other}/secret-flags")]))
+    wait_for("the relay to refuse the other namespace's selector",
+             lambda: relay_metric('pdp_flag_sync_refused_total{code="permission_denied"}') > refused, 60)
+    time.sleep(2)
+    nosy = pod_of(ns, "nosy")
+    out = logs(ns, nosy["metadata"]["name"]) if nosy else ""
+    check("other-namespace-only" not in out, f"another namespace's flag reached the app: {one_line(out, 600)}")
+    figure(f"  a selector naming {other}/secret-flags refused by the relay (PERMISSION_DENIED), nothing delivered")
+    source_ip = [p for p in json.loads(kubectl("-n", "pdp-system", "get", "pods", "-l", "app.kubernetes.io/name=pdp-flag-sync",
+                                      "-o", "json").stdout)["items"]][0]["status"]["podIP"]
+    with urllib.request.urlopen(f"http://{source_ip}:8014/metrics", timeout=5) as r:
+        source_gen = [float(l.split()[-1]) for l in r.read().decode().splitlines()
+                      if l.startswith("pdp_flag_sync_generation ")][0]
+    seen = {}
+
+    def caught_up():
+        seen["relay"] = relay_metric("pdp_flag_sync_upstream_generation ")
+        return seen["relay"] >= source_gen
+    try:
+        wait_for("the relay at its source's generation", caught_up, 30)
+    except Fail as e:
+        raise Fail(f"{e}: source generation {source_gen:.0f}, relay's view of it {seen.get('relay')}; relay log: "
+                   f"{one_line(kubectl('-n', 'pdp-flags', 'logs', 'ds/pdp-flag-relay', check_rc=False).stdout[-1500:], 1500)}")
+    # The apiserver's own count of watchers: the central source's watch alone, whatever runs on the nodes.
+    metrics = kubectl("get", "--raw", "/metrics").stdout.splitlines()
+    watchers = {kind: sum(float(l.split()[-1]) for l in metrics if l.startswith("apiserver_registered_watchers{")
+                          and f'kind="{kind}"' in l) for kind in ("FeatureFlag", "ConfigMap")}
+    check(watchers["FeatureFlag"] == 1, f"FeatureFlag watchers at the apiserver: {watchers} (want the source's one)")
+    figure(f"  the apiserver counts {watchers['FeatureFlag']:.0f} FeatureFlag watch (the central source's); the relay "
+           f"at the source's generation {source_gen:.0f}")
 
 
 def main():

@@ -89,6 +89,11 @@ impl Metrics {
             "Objects not readable as a flag set",
             self.rejected_sets.clone(),
         );
+        r.register(
+            "upstream_generation",
+            "On a relay: the generation of its source's newest state",
+            self.upstream_generation.clone(),
+        );
     }
 
     /// Counts one refusal.

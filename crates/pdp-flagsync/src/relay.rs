@@ -371,3 +371,107 @@ fn apply(state: NodeState, store: &Store, pods: &PodIndex, metrics: &Metrics) {
     pods.replace_all(entries);
     metrics.upstream_generation.set(state.generation as i64);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str =
+        r#"{"flags":{"f":{"state":"ENABLED","variants":{"on":true},"defaultVariant":"on"}}}"#;
+
+    fn wire(ns: &str, json: &str) -> WireSet {
+        WireSet {
+            origin: "core.openfeature.dev".into(),
+            namespace: ns.into(),
+            name: "app".into(),
+            flagd_json: json.into(),
+        }
+    }
+
+    #[test]
+    fn a_node_sees_every_set_and_only_its_own_pods() {
+        let store = Store::new(&[]);
+        store.put(
+            SetId {
+                origin: Origin::FeatureFlag,
+                namespace: "a".into(),
+                name: "app".into(),
+            },
+            FlagSet::from_json(GOOD).unwrap(),
+        );
+        let pods = PodIndex::default();
+        let on = |node: &str, ip: &str| {
+            Some(PodEntry {
+                namespace: "a".into(),
+                node: node.into(),
+                ips: vec![ip.parse().unwrap()],
+            })
+        };
+        pods.apply("u1", on("n1", "10.0.0.1"));
+        pods.apply("u2", on("n2", "10.0.0.2"));
+        let state = node_state(&store, &pods, "n1").unwrap();
+        assert_eq!(state.sets.len(), 1);
+        assert_eq!(
+            state.pods,
+            vec![NodePod {
+                uid: "u1".into(),
+                namespace: "a".into(),
+                ips: vec!["10.0.0.1".into()]
+            }]
+        );
+    }
+
+    #[test]
+    fn a_relay_keeps_a_sets_last_good_version_and_learns_its_pods() {
+        let (store, pods, metrics) = (
+            Store::new(&[Origin::FeatureFlag]),
+            PodIndex::default(),
+            Metrics::default(),
+        );
+        let pod = NodePod {
+            uid: "u1".into(),
+            namespace: "a".into(),
+            ips: vec!["10.0.0.1".into()],
+        };
+        apply(
+            NodeState {
+                generation: 7,
+                sets: vec![wire("a", GOOD)],
+                pods: vec![pod],
+            },
+            &store,
+            &pods,
+            &metrics,
+        );
+        assert!(
+            store.current().ready,
+            "a relay is ready once it has its source's state"
+        );
+        assert_eq!(metrics.upstream_generation.get(), 7);
+        assert_eq!(
+            pods.namespace_of_ip("10.0.0.1".parse().unwrap()).as_deref(),
+            Some("a")
+        );
+        apply(
+            NodeState {
+                generation: 8,
+                sets: vec![wire("a", "{broken")],
+                pods: vec![],
+            },
+            &store,
+            &pods,
+            &metrics,
+        );
+        assert_eq!(
+            store.current().len(),
+            1,
+            "the broken set keeps its last good version"
+        );
+        assert_eq!(metrics.rejected_sets.get(), 1);
+        assert_eq!(
+            pods.namespace_of_ip("10.0.0.1".parse().unwrap()),
+            None,
+            "a Pod gone from the node is gone"
+        );
+    }
+}
