@@ -1522,12 +1522,12 @@ def app_flags(banner="hello"):
     }
 
 
-def flag_app(name, ns, probes, env=()):
-    """The Rust provider's app, wired by the webhook (flagd-in-process), with no ServiceAccount token."""
+def flag_app(name, ns, probes, env=(), profile="flagd-in-process"):
+    """The Rust provider's app, wired by the webhook (`profile`), with no ServiceAccount token."""
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
                      "template": {"metadata": {"labels": {"app": name},
-                                               "annotations": {"pdp-injector.io/profile": "flagd-in-process"}},
+                                               "annotations": {"pdp-injector.io/profile": profile}},
                                   "spec": {"terminationGracePeriodSeconds": 2, "automountServiceAccountToken": False,
                                            "containers": [{
                                                "name": "app", "image": FLAGD_PROBE, "imagePullPolicy": "IfNotPresent",
@@ -1665,6 +1665,26 @@ def _(shared):
     except Fail as e:
         raise Fail(f"{e}: source generation {source_gen:.0f}, relay's view of it {seen.get('relay')}; relay log: "
                    f"{one_line(kubectl('-n', 'pdp-flags', 'logs', 'ds/pdp-flag-relay', check_rc=False).stdout[-1500:], 1500)}")
+    # A restricted namespace: the relay's socket by the CSI plugin's flagd profile, the caller known by its cgroup.
+    restricted = namespace("flags-restricted", {"pdp-injector.io/injection": "daemonset",
+                                                "pod-security.kubernetes.io/enforce": "restricted"})
+    kubectl("apply", "-f", "-", input=feature_flag(restricted, "app-flags", app_flags("over-the-socket")))
+    kubectl("apply", "-f", "-", input=flag_app("app", restricted, FLAG_PROBES, profile="flagd-in-process-csi"))
+    rollout("deployment", "app", restricted, 120)
+    pod = pod_of(restricted, "app")
+    vols = [v for v in pod["spec"].get("volumes") or [] if v.get("csi")]
+    env = env_of(pod["spec"]["containers"][0])
+    check(vols and vols[0]["csi"].get("driver") == CSI_DRIVER and env.get("FLAGD_SOCKET_PATH") == "/var/run/flagd/sync.sock"
+          and not any("hostPath" in v for v in pod["spec"].get("volumes") or []),
+          f"not wired to the relay's socket by CSI: volumes {pod['spec'].get('volumes')}, env {env}")
+    follow = FollowLogs(restricted, pod["metadata"]["name"])
+    try:
+        follow.values({**FLAG_EXPECTED, "banner:string": "over-the-socket"}, 60)
+    finally:
+        follow.stop()
+    figure("  a restricted namespace: the same app over the relay's socket by the CSI volume, its own namespace's "
+           "flags (the caller known by its cgroup's Pod UID)")
+
     # The apiserver's own count of watchers: the central source's watch alone, whatever runs on the nodes.
     metrics = kubectl("get", "--raw", "/metrics").stdout.splitlines()
     watchers = {kind: sum(float(l.split()[-1]) for l in metrics if l.startswith("apiserver_registered_watchers{")

@@ -17,7 +17,7 @@ fn sources() -> BTreeMap<String, String> {
             let p = e.path();
             if p.is_dir() {
                 walk(&p, out);
-            } else if p.extension().is_some_and(|x| x == "rs") {
+            } else if p.extension().is_some_and(|x| x == "rs" || x == "py") {
                 let rel = p
                     .strip_prefix(root())
                     .unwrap()
@@ -31,6 +31,8 @@ fn sources() -> BTreeMap<String, String> {
     for d in [
         "src",
         "crates/pdp-core/src",
+        "crates/pdp-flagsync/src",
+        "scripts",
         "tests",
         "tools/pdp-await/src",
         "fuzz/src",
@@ -40,16 +42,19 @@ fn sources() -> BTreeMap<String, String> {
     out
 }
 
-/// Where `fn name` is defined in `text`: the attributes right above it (`#[test]`, `#[ignore = ...]`).
+/// Where `fn name` (Rust) or `def name` (the Python tiers' pytest tests) is defined in `text`: the attributes
+/// right above it (`#[test]`, `#[ignore = ...]`).
 fn attributes_of(text: &str, name: &str) -> Option<String> {
     let lines: Vec<&str> = text.lines().collect();
     let at = lines.iter().position(|l| {
         let l = l.trim_start();
         let l = l.strip_prefix("pub ").unwrap_or(l);
         let l = l.strip_prefix("async ").unwrap_or(l);
-        l.strip_prefix("fn ").is_some_and(|rest| {
-            rest.starts_with(name) && rest[name.len()..].starts_with(['(', '<'])
-        })
+        l.strip_prefix("fn ")
+            .or_else(|| l.strip_prefix("def "))
+            .is_some_and(|rest| {
+                rest.starts_with(name) && rest[name.len()..].starts_with(['(', '<'])
+            })
     })?;
     let mut attrs = vec![];
     for l in lines[..at].iter().rev() {
