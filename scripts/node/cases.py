@@ -1522,12 +1522,12 @@ def app_flags(banner="hello"):
     }
 
 
-def flag_app(name, ns, probes, env=(), profile="flagd-in-process"):
-    """The Rust provider's app, wired by the webhook (`profile`), with no ServiceAccount token."""
+def flag_app(name, ns, probes, env=(), profile="flagd-in-process", mode=None):
+    """The Rust provider's app, wired by the webhook (`profile`, `mode` or the namespace's), with no token."""
+    annotations = {"pdp-injector.io/profile": profile, **({"pdp-injector.io/inject": mode} if mode else {})}
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name},
-                                               "annotations": {"pdp-injector.io/profile": profile}},
+                     "template": {"metadata": {"labels": {"app": name}, "annotations": annotations},
                                   "spec": {"terminationGracePeriodSeconds": 2, "automountServiceAccountToken": False,
                                            "containers": [{
                                                "name": "app", "image": FLAGD_PROBE, "imagePullPolicy": "IfNotPresent",
@@ -1650,21 +1650,6 @@ def _(shared):
     out = logs(ns, nosy["metadata"]["name"]) if nosy else ""
     check("other-namespace-only" not in out, f"another namespace's flag reached the app: {one_line(out, 600)}")
     figure(f"  a selector naming {other}/secret-flags refused by the relay (PERMISSION_DENIED), nothing delivered")
-    source_ip = [p for p in json.loads(kubectl("-n", "pdp-system", "get", "pods", "-l", "app.kubernetes.io/name=pdp-flag-sync",
-                                      "-o", "json").stdout)["items"]][0]["status"]["podIP"]
-    with urllib.request.urlopen(f"http://{source_ip}:8014/metrics", timeout=5) as r:
-        source_gen = [float(l.split()[-1]) for l in r.read().decode().splitlines()
-                      if l.startswith("pdp_flag_sync_generation ")][0]
-    seen = {}
-
-    def caught_up():
-        seen["relay"] = relay_metric("pdp_flag_sync_upstream_generation ")
-        return seen["relay"] >= source_gen
-    try:
-        wait_for("the relay at its source's generation", caught_up, 30)
-    except Fail as e:
-        raise Fail(f"{e}: source generation {source_gen:.0f}, relay's view of it {seen.get('relay')}; relay log: "
-                   f"{one_line(kubectl('-n', 'pdp-flags', 'logs', 'ds/pdp-flag-relay', check_rc=False).stdout[-1500:], 1500)}")
     # A restricted namespace: the relay's socket by the CSI plugin's flagd profile, the caller known by its cgroup.
     restricted = namespace("flags-restricted", {"pdp-injector.io/injection": "daemonset",
                                                 "pod-security.kubernetes.io/enforce": "restricted"})
@@ -1685,13 +1670,63 @@ def _(shared):
     figure("  a restricted namespace: the same app over the relay's socket by the CSI volume, its own namespace's "
            "flags (the caller known by its cgroup's Pod UID)")
 
-    # The apiserver's own count of watchers: the central source's watch alone, whatever runs on the nodes.
-    metrics = kubectl("get", "--raw", "/metrics").stdout.splitlines()
-    watchers = {kind: sum(float(l.split()[-1]) for l in metrics if l.startswith("apiserver_registered_watchers{")
-                          and f'kind="{kind}"' in l) for kind in ("FeatureFlag", "ConfigMap")}
-    check(watchers["FeatureFlag"] == 1, f"FeatureFlag watchers at the apiserver: {watchers} (want the source's one)")
-    figure(f"  the apiserver counts {watchers['FeatureFlag']:.0f} FeatureFlag watch (the central source's); the relay "
-           f"at the source's generation {source_gen:.0f}")
+    # The apiserver's own count of watchers, without and with the central source (the controller-manager's
+    # informers watch every kind too): the source's one watch, whatever runs on the nodes. A Pod created while
+    # the source is away is not known to the relay yet (the Pods come from the source): it gets its flags once
+    # the source is back.
+    def ff_watchers():
+        lines = kubectl("get", "--raw", "/metrics").stdout.splitlines()
+        return sum(float(l.split()[-1]) for l in lines
+                   if l.startswith("apiserver_registered_watchers{") and 'kind="FeatureFlag"' in l)
+    with_source = ff_watchers()
+    kubectl("-n", "pdp-system", "scale", "deployment/pdp-flag-sync", "--replicas=0")
+    without = wait_for("the source's FeatureFlag watch closed", lambda: (w := ff_watchers()) < with_source and [w], 60)[0]
+    kubectl("apply", "-f", "-", input=flag_app("late", ns, FLAG_PROBES))
+    time.sleep(5)
+    kubectl("-n", "pdp-system", "scale", "deployment/pdp-flag-sync", "--replicas=1")
+    rollout("deployment", "pdp-flag-sync", "pdp-system", 120)
+    back = time.time()
+    wait_for("the source's watch back", lambda: ff_watchers() == without + 1, 60)
+    rollout("deployment", "late", ns, 120)
+    late = FollowLogs(ns, pod_of(ns, "late")["metadata"]["name"])
+    try:
+        late.values({**FLAG_EXPECTED, "banner:string": "during-relay-restart"}, 90)
+    finally:
+        late.stop()
+    figure(f"  FeatureFlag watches at the apiserver: {without:.0f} without the source, {without + 1:.0f} with it (one "
+           f"for the cluster); an app created while the source was away evaluated {time.time() - back:.0f}s after "
+           f"its return")
+    # Central mode: the same app straight to the central source's Service, known there by its Pod's address.
+    kubectl("apply", "-f", "-", input=flag_app("central", ns, FLAG_PROBES, profile="flagd-in-process-central",
+                                               mode="central"))
+    rollout("deployment", "central", ns, 120)
+    pod = pod_of(ns, "central")
+    check(env_of(pod["spec"]["containers"][0]).get("FLAGD_HOST") == "pdp-flag-sync.pdp-system.svc",
+          f"not wired to the central source: {env_of(pod['spec']['containers'][0])}")
+    central = FollowLogs(ns, pod["metadata"]["name"])
+    try:
+        central.values({**FLAG_EXPECTED, "banner:string": "during-relay-restart"}, 90)
+    finally:
+        central.stop()
+    figure("  central mode (profile flagd-in-process-central): the same app evaluated from the central source")
+    source_ip = [p for p in json.loads(kubectl("-n", "pdp-system", "get", "pods", "-l",
+                                               "app.kubernetes.io/name=pdp-flag-sync", "-o", "json").stdout)["items"]
+                 if not p["metadata"].get("deletionTimestamp")][0]["status"]["podIP"]
+    with urllib.request.urlopen(f"http://{source_ip}:8014/metrics", timeout=5) as r:
+        source_gen = [float(l.split()[-1]) for l in r.read().decode().splitlines()
+                      if l.startswith("pdp_flag_sync_generation ")][0]
+    set_banner(ns, "after-the-source-returned")
+    seen = {}
+
+    def caught_up():
+        seen["relay"] = relay_metric("pdp_flag_sync_upstream_generation ")
+        return seen["relay"] > source_gen
+    try:
+        wait_for("the relay past the returned source's generation", caught_up, 30)
+    except Fail as e:
+        raise Fail(f"{e}: source generation {source_gen:.0f}, relay's view of it {seen.get('relay')}; relay log: "
+                   f"{one_line(kubectl('-n', 'pdp-flags', 'logs', 'ds/pdp-flag-relay', check_rc=False).stdout[-1500:], 1500)}")
+    figure(f"  the relay followed the returned source: generation {seen['relay']:.0f}")
 
 
 def main():
