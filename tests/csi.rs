@@ -9,7 +9,11 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use pdp_injector::csi::proto::*;
+use pdp_injector::csi::registration::{
+    InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
+};
+use pdp_injector::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
+use pdp_injector::csi::v1::*;
 use pdp_injector::csi::{self, CsiNodeFlags};
 use prost::Message;
 use tokio::net::UnixStream;
@@ -263,6 +267,7 @@ fn publish_request(target: &Path) -> NodePublishVolumeRequest {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect(),
+        ..Default::default()
     }
 }
 
@@ -319,7 +324,7 @@ async fn the_plugin_registers_with_the_kubelet_and_answers_identity_and_node_cal
     let probe: ProbeResponse = call(&sock, "/csi.v1.Identity/Probe", &ProbeRequest {})
         .await
         .unwrap();
-    assert_eq!(probe.ready, Some(BoolValue { value: true }));
+    assert_eq!(probe.ready, Some(true));
     let node: NodeGetInfoResponse = call(&sock, "/csi.v1.Node/NodeGetInfo", &NodeGetInfoRequest {})
         .await
         .unwrap();

@@ -10,14 +10,22 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tonic::Status;
+use tonic::service::Routes;
+use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
 use super::gate::{self, Ready};
 use super::mount::{self, Dir, WalkError};
-use super::proto::*;
 use super::published::{Published, Refused};
+use super::registration::registration_server::{Registration, RegistrationServer};
+use super::registration::{
+    InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
+};
 use super::target::{self, BadTarget, MOUNT_DIR, Target};
+use super::v1::identity_server::{Identity, IdentityServer};
+use super::v1::node_server::{Node, NodeServer};
+use super::v1::volume_capability::AccessType;
+use super::v1::*;
 
 /// The volume attribute that names a profile; the only attribute a Pod may set.
 pub const PROFILE_ATTRIBUTE: &str = "profile";
@@ -228,9 +236,7 @@ impl Plugin {
     /// `csi.v1.Identity/Probe`: ready when every profile's directory exists (the gate is per volume).
     pub fn probe(&self) -> ProbeResponse {
         let ready = self.settings.profiles.iter().all(|p| p.dir.is_dir());
-        ProbeResponse {
-            ready: Some(BoolValue { value: ready }),
-        }
+        ProbeResponse { ready: Some(ready) }
     }
 
     /// `csi.v1.Node/NodeGetInfo`.
@@ -238,6 +244,7 @@ impl Plugin {
         NodeGetInfoResponse {
             node_id: self.settings.node_id.clone(),
             max_volumes_per_node: 0,
+            accessible_topology: None,
         }
     }
 
@@ -528,69 +535,85 @@ impl Plugin {
 }
 
 /// The routes of the CSI socket: Identity and Node.
-pub fn csi_routes(plugin: Arc<Plugin>) -> super::grpc::Routes {
-    use super::grpc::unary;
-    super::grpc::Routes(Arc::new(move |path, request| {
-        let p = plugin.clone();
-        Some(match path {
-            "/csi.v1.Identity/GetPluginInfo" => {
-                unary(request, move |_: GetPluginInfoRequest| async move {
-                    Ok(p.plugin_info())
-                })
-            }
-            "/csi.v1.Identity/GetPluginCapabilities" => {
-                unary(request, move |_: GetPluginCapabilitiesRequest| async move {
-                    Ok(GetPluginCapabilitiesResponse {})
-                })
-            }
-            "/csi.v1.Identity/Probe" => {
-                unary(request, move |_: ProbeRequest| async move { Ok(p.probe()) })
-            }
-            "/csi.v1.Node/NodeGetInfo" => unary(request, move |_: NodeGetInfoRequest| async move {
-                Ok(p.node_info())
-            }),
-            "/csi.v1.Node/NodeGetCapabilities" => {
-                unary(request, move |_: NodeGetCapabilitiesRequest| async move {
-                    Ok(NodeGetCapabilitiesResponse {})
-                })
-            }
-            "/csi.v1.Node/NodePublishVolume" => {
-                unary(request, move |r: NodePublishVolumeRequest| async move {
-                    p.publish(r).await
-                })
-            }
-            "/csi.v1.Node/NodeUnpublishVolume" => {
-                unary(request, move |r: NodeUnpublishVolumeRequest| async move {
-                    p.unpublish(r).await
-                })
-            }
-            _ => return None,
-        })
-    }))
+pub fn csi_routes(plugin: Arc<Plugin>) -> Routes {
+    Routes::new(IdentityServer::from_arc(plugin.clone())).add_service(NodeServer::from_arc(plugin))
 }
 
 /// The routes of the registration socket.
-pub fn registration_routes(plugin: Arc<Plugin>) -> super::grpc::Routes {
-    use super::grpc::unary;
-    super::grpc::Routes(Arc::new(move |path, request| {
-        let p = plugin.clone();
-        Some(match path {
-            "/pluginregistration.Registration/GetInfo" => {
-                unary(request, move |_: InfoRequest| async move { Ok(p.info()) })
-            }
-            "/pluginregistration.Registration/NotifyRegistrationStatus" => {
-                unary(request, move |r: RegistrationStatus| async move {
-                    Ok(p.registration_status(r))
-                })
-            }
-            _ => return None,
-        })
-    }))
+pub fn registration_routes(plugin: Arc<Plugin>) -> Routes {
+    Routes::new(RegistrationServer::from_arc(plugin))
+}
+
+type Answer<T> = Result<Response<T>, Status>;
+
+#[tonic::async_trait]
+impl Registration for Plugin {
+    async fn get_info(&self, _: Request<InfoRequest>) -> Answer<PluginInfo> {
+        Ok(Response::new(self.info()))
+    }
+    async fn notify_registration_status(
+        &self,
+        request: Request<RegistrationStatus>,
+    ) -> Answer<RegistrationStatusResponse> {
+        Ok(Response::new(
+            self.registration_status(request.into_inner()),
+        ))
+    }
+}
+
+/// A node-only plugin has no plugin capabilities (no controller service, no topology).
+#[tonic::async_trait]
+impl Identity for Plugin {
+    async fn get_plugin_info(
+        &self,
+        _: Request<GetPluginInfoRequest>,
+    ) -> Answer<GetPluginInfoResponse> {
+        Ok(Response::new(self.plugin_info()))
+    }
+    async fn get_plugin_capabilities(
+        &self,
+        _: Request<GetPluginCapabilitiesRequest>,
+    ) -> Answer<GetPluginCapabilitiesResponse> {
+        Ok(Response::new(GetPluginCapabilitiesResponse::default()))
+    }
+    async fn probe(&self, _: Request<ProbeRequest>) -> Answer<ProbeResponse> {
+        Ok(Response::new(Plugin::probe(self)))
+    }
+}
+
+/// No STAGE_UNSTAGE_VOLUME (publish does everything) and no stats: no node capabilities; the methods not
+/// written here answer Unimplemented.
+#[tonic::async_trait]
+impl Node for Plugin {
+    async fn node_get_info(&self, _: Request<NodeGetInfoRequest>) -> Answer<NodeGetInfoResponse> {
+        Ok(Response::new(self.node_info()))
+    }
+    async fn node_get_capabilities(
+        &self,
+        _: Request<NodeGetCapabilitiesRequest>,
+    ) -> Answer<NodeGetCapabilitiesResponse> {
+        Ok(Response::new(NodeGetCapabilitiesResponse::default()))
+    }
+    async fn node_publish_volume(
+        &self,
+        request: Request<NodePublishVolumeRequest>,
+    ) -> Answer<NodePublishVolumeResponse> {
+        self.publish(request.into_inner()).await.map(Response::new)
+    }
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<NodeUnpublishVolumeRequest>,
+    ) -> Answer<NodeUnpublishVolumeResponse> {
+        self.unpublish(request.into_inner())
+            .await
+            .map(Response::new)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::csi::v1::volume_capability::{AccessMode, BlockVolume, MountVolume};
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tonic::Code;
@@ -702,6 +725,7 @@ mod tests {
                 ),
                 ("csi.storage.k8s.io/pod.name".to_string(), "app".to_string()),
             ]),
+            ..Default::default()
         }
     }
 
@@ -940,6 +964,6 @@ mod tests {
         assert_eq!(info.supported_versions, vec!["1.0.0".to_string()]);
         assert_eq!(f.plugin.node_info().node_id, "node-1");
         // The flagd profile's directory is missing: not ready.
-        assert_eq!(f.plugin.probe().ready, Some(BoolValue { value: false }));
+        assert_eq!(f.plugin.probe().ready, Some(false));
     }
 }

@@ -4,11 +4,15 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// One generated module: its proto, the include root, and where the checked-in code lives.
+/// One generated module: its proto, the include root, where the checked-in code lives, whether clients are
+/// generated, and whether server methods default to Unimplemented (a plugin serving part of a service).
+/// Imports of google/protobuf/*.proto are found by protoc in the include directory beside it.
 struct Module {
     proto: &'static str,
     include: &'static str,
     out_dir: &'static str,
+    client: bool,
+    default_stubs: bool,
 }
 
 const MODULES: &[Module] = &[
@@ -16,19 +20,38 @@ const MODULES: &[Module] = &[
         proto: "crates/pdp-flagsync/proto/flagd/sync/v1/sync.proto",
         include: "crates/pdp-flagsync/proto",
         out_dir: "crates/pdp-flagsync/src/gen",
+        client: true,
+        default_stubs: false,
     },
     Module {
         proto: "crates/pdp-flagsync/proto/pdp/relay/v1/relay.proto",
         include: "crates/pdp-flagsync/proto",
         out_dir: "crates/pdp-flagsync/src/gen",
+        client: true,
+        default_stubs: false,
+    },
+    Module {
+        proto: "src/csi/proto/csi/csi.proto",
+        include: "src/csi/proto/csi",
+        out_dir: "src/csi/gen",
+        client: false,
+        default_stubs: true,
+    },
+    Module {
+        proto: "src/csi/proto/pluginregistration/api.proto",
+        include: "src/csi/proto/pluginregistration",
+        out_dir: "src/csi/gen",
+        client: false,
+        default_stubs: false,
     },
 ];
 
 fn generate(root: &Path, module: &Module, out: &Path) -> std::io::Result<()> {
     tonic_prost_build::configure()
         .build_server(true)
-        .build_client(true)
+        .build_client(module.client)
         .build_transport(false)
+        .generate_default_stubs(module.default_stubs)
         .emit_rerun_if_changed(false)
         .out_dir(out)
         .compile_protos(&[root.join(module.proto)], &[root.join(module.include)])
