@@ -1,5 +1,5 @@
 //! `check --pre`: before install, can this cluster run each model (central, daemonset, sidecar)? What the
-//! binary's `check::gather_pre` read ([`PreView`]) becomes a [`Report`] whose last section gives one verdict
+//! binary's `check::gather::gather_pre` read ([`PreView`]) becomes a [`Report`] whose last section gives one verdict
 //! per model; every finding that stops a model is named in that model's verdict, with its fix.
 
 use std::collections::{BTreeMap, BTreeSet};
