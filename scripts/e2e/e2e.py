@@ -1051,6 +1051,34 @@ def _(h):
     check(finding(report, "namespace_opted_out")["severity"] == "info", "namespace not listed as opted out")
 
 
+@case("check-pre-judges-each-model")
+def _(h):
+    # Before install, on this 1.20 server: no guards below 1.30, and a Pod holding hostPort 3593 stops only the
+    # daemonset model; asking for central alone is then in order.
+    ns = h.namespace("check-pre", {PSS_LABEL: "restricted"})
+    h.must_create(pod("holder", ns, containers=[
+        {"name": "c", "image": PAUSE, "ports": [{"containerPort": 8080, "hostPort": 3593}]}]))
+    rc, report, err = h.check(ns, "--pre")
+    check(rc == 1 and report is not None, f"exit {rc}, expected 1: {one_line(err)}")
+    check(finding(report, "kubernetes_version")["message"].startswith("v1.20"), "version")
+    check(finding(report, "admission_policies_skipped")["severity"] == "info", "guards below 1.30")
+    check(finding(report, "admission_api")["severity"] == "ok", "admissionregistration.k8s.io/v1")
+    check(finding(report, "csi_api")["severity"] == "ok", "storage.k8s.io/v1 CSIDriver")
+    f = finding(report, "namespace_pod_security")
+    check(f["subject"] == f"namespace {ns}" and "restricted" in f["message"], f"finding {f}")
+    f = finding(report, "node_port_taken")
+    check(f["subject"] == f"Pod {ns}/holder" and "3593" in f["message"] and f.get("fix"), f"finding {f}")
+    check(finding(report, "critical_priority")["severity"] == "ok", "system-node-critical")
+    verdicts = {f["subject"]: f for f in findings(report) if f["code"].startswith("model_")}
+    ds = verdicts["model daemonset"]
+    check(ds["code"] == "model_cannot_run" and "[node_port_taken]" in ds["message"], f"daemonset {ds}")
+    for m in ["central", "sidecar"]:
+        check(verdicts[f"model {m}"]["code"] == "model_can_run", f"{m}: {verdicts[f'model {m}']}")
+    rc, report, err = h.check(ns, "--pre", "--model", "central")
+    check(rc == 0, f"exit {rc} with --model central: {one_line(err)} {codes(report) if report else ''}")
+    check(finding(report, "node_port_taken")["severity"] == "warning", "not asked: a warning")
+
+
 @case("check-node-without-pdp")
 def _(h):
     if needs_local(h):

@@ -325,3 +325,99 @@ pub fn probe(
         validity,
     })
 }
+
+/// What `check --pre` is asked.
+#[derive(Debug, Clone)]
+pub struct PreOptions {
+    /// `-n`: the namespaces to opt in (empty: those already labelled).
+    pub targets: Vec<String>,
+    /// `--kubelet-dir`.
+    pub kubelet_dir: String,
+    /// `--model`.
+    pub models: Vec<crate::config::Mode>,
+}
+
+/// The resources a group version serves; `Ok(None)` when it is not served (404).
+async fn served(client: &kube::Client, group_version: &str) -> Read<Option<Vec<String>>> {
+    match client.list_api_group_resources(group_version).await {
+        Ok(list) => Ok(Some(list.resources.into_iter().map(|r| r.name).collect())),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(why(e)),
+    }
+}
+
+/// Every read of `check --pre` (list and get only): the APIs served, namespaces, nodes, what holds the node
+/// ports (Pods a page at a time, DaemonSets, Services), PriorityClasses and the install namespaces' quotas.
+pub async fn gather_pre(
+    client: &kube::Client,
+    options: PreOptions,
+    version: &k8s_openapi::apimachinery::pkg::version::Info,
+) -> super::pre::PreView {
+    use super::pre::{self, PortClaim};
+    use k8s_openapi::api::core::v1::{ResourceQuota, Service};
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let admission_v1 = served(client, "admissionregistration.k8s.io/v1").await;
+    let storage_v1 = served(client, "storage.k8s.io/v1").await;
+    let namespaces = list(Api::<Namespace>::all(client.clone()), ListParams::default()).await;
+    let nodes = list(Api::<Node>::all(client.clone()), ListParams::default()).await;
+    let mut claims: Vec<PortClaim> = Vec::new();
+    let pods = each_page(
+        Api::<Pod>::all(client.clone()),
+        ListParams::default(),
+        |page| page.iter().for_each(|p| pre::pod_claims(p, &mut claims)),
+    )
+    .await;
+    let sets = each_page(
+        Api::<DaemonSet>::all(client.clone()),
+        ListParams::default(),
+        |page| {
+            page.iter()
+                .for_each(|d| pre::daemonset_claims(d, &mut claims))
+        },
+    )
+    .await;
+    let services = each_page(
+        Api::<Service>::all(client.clone()),
+        ListParams::default(),
+        |page| {
+            page.iter()
+                .for_each(|s| pre::service_claims(s, &mut claims))
+        },
+    )
+    .await;
+    let port_claims = pods.and(sets).and(services).map(|()| claims);
+    let priority_classes = list(
+        Api::<PriorityClass>::all(client.clone()),
+        ListParams::default(),
+    )
+    .await;
+    let mut quotas: Read<Vec<ResourceQuota>> = Ok(Vec::new());
+    for (ns, ..) in pre::INSTALL_NAMESPACES {
+        let found = list(
+            Api::<ResourceQuota>::namespaced(client.clone(), ns),
+            ListParams::default(),
+        )
+        .await;
+        quotas = quotas.and_then(|mut all| {
+            all.extend(found?);
+            Ok(all)
+        });
+    }
+    pre::PreView {
+        version: (
+            version.major.clone(),
+            version.minor.clone(),
+            version.git_version.clone(),
+        ),
+        admission_v1,
+        storage_v1,
+        namespaces,
+        targets: options.targets,
+        nodes,
+        port_claims,
+        priority_classes,
+        quotas,
+        kubelet_dir: options.kubelet_dir,
+        models: options.models,
+    }
+}

@@ -19,6 +19,27 @@ enum OutputFormat {
     Json,
 }
 
+/// A deployment model of the chart (`pdp.model`).
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Model {
+    /// The central Deployment and Service.
+    Central,
+    /// One PDP per node behind the node-local front.
+    Daemonset,
+    /// A PDP container in each wired Pod.
+    Sidecar,
+}
+
+impl From<Model> for crate::config::Mode {
+    fn from(m: Model) -> Self {
+        match m {
+            Model::Central => Self::Central,
+            Model::Daemonset => Self::Daemonset,
+            Model::Sidecar => Self::Sidecar,
+        }
+    }
+}
+
 fn pdp_daemonset(s: &str) -> Result<(String, String, String), String> {
     let bad = || {
         format!(
@@ -35,9 +56,18 @@ fn pdp_daemonset(s: &str) -> Result<(String, String, String), String> {
 
 #[derive(Args)]
 pub(crate) struct CheckArgs {
-    /// Namespace whose namespace and Pods are checked (default: the kubeconfig context's namespace).
+    /// Namespace whose namespace and Pods are checked (default: the kubeconfig context's namespace); with --pre, a comma list of the namespaces to opt in (default: those labelled pdp-injector.io/injection).
     #[arg(short = 'n', long = "namespace", conflicts_with = "all_namespaces")]
     pub(crate) scope: Option<String>,
+    /// Before install: tell whether the cluster can run each model (central, daemonset, sidecar), and what stops one.
+    #[arg(long, conflicts_with_all = ["all_namespaces", "config", "pdp_daemonsets"])]
+    pre: bool,
+    /// With --pre: the models to install, whose being stopped is an error (comma list; default: all three).
+    #[arg(long = "model", value_enum, value_delimiter = ',', requires = "pre")]
+    models: Vec<Model>,
+    /// With --pre: the kubelet root directory the install will be given (the chart's pdp.nodeLocal.csi.kubeletDir).
+    #[arg(long, default_value = pdp_core::check::pre::DEFAULT_KUBELET_DIR, requires = "pre")]
+    kubelet_dir: String,
     /// Check the namespaces and Pods of every namespace.
     #[arg(short = 'A', long)]
     all_namespaces: bool,
@@ -78,10 +108,32 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<u8> {
                 "no cluster to check (kubeconfig as kubectl finds it, or in-cluster): {e}"
             )
         })?;
-        client
+        let version = client
             .apiserver_version()
             .await
             .map_err(|e| anyhow::anyhow!("cannot reach the apiserver: {e}"))?;
+        if args.pre {
+            let models = if args.models.is_empty() {
+                pdp_core::check::pre::MODELS.to_vec()
+            } else {
+                args.models.iter().map(|m| (*m).into()).collect()
+            };
+            let targets = args
+                .scope
+                .iter()
+                .flat_map(|s| s.split(','))
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect();
+            let options = gather::PreOptions {
+                targets,
+                kubelet_dir: args.kubelet_dir.clone(),
+                models,
+            };
+            let view = gather::gather_pre(&client, options, &version).await;
+            return anyhow::Ok(crate::check::pre::pre_report(&view));
+        }
         let scope = if args.all_namespaces {
             None
         } else {

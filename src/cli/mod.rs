@@ -38,6 +38,8 @@ enum Command {
     Certs(certs::CertsArgs),
     /// Report whether the cluster is wired as the config says: install, nodes, namespaces, Pods (read-only).
     ///
+    /// With --pre, before install: whether the cluster can run each model, with what stops one and its fix.
+    ///
     /// Exit status: 0 nothing needs action, 1 something needs action, 2 the check could not run.
     Check(check::CheckArgs),
     /// Node-local front: serve the node's PDP port and socket, forward to the newest ready PDP instance.
@@ -186,5 +188,19 @@ mod tests {
         };
         assert_eq!(c.scope.as_deref(), Some("shop"));
         assert_eq!(c.install.webhook.namespace, "sys");
+        // --model and --kubelet-dir belong to --pre, which judges no installed config.
+        assert!(parse(&["check", "--model", "central"]).is_err());
+        assert!(parse(&["check", "--pre", "--config", "c.yaml"]).is_err());
+        assert!(
+            parse(&[
+                "check",
+                "--pre",
+                "--model",
+                "central,daemonset",
+                "-n",
+                "a,b"
+            ])
+            .is_ok()
+        );
     }
 }

@@ -97,10 +97,62 @@ pub enum FindingCode {
     WebhookRegistered,
     /// `webhook_unreadable`
     WebhookUnreadable,
+    /// `admission_api` (`check --pre`)
+    AdmissionApi,
+    /// `admission_api_missing` (`check --pre`)
+    AdmissionApiMissing,
+    /// `admission_policies` (`check --pre`)
+    AdmissionPolicies,
+    /// `admission_policies_skipped` (`check --pre`)
+    AdmissionPoliciesSkipped,
+    /// `admission_policy_api_missing` (`check --pre`)
+    AdmissionPolicyApiMissing,
+    /// `critical_priority` (`check --pre`)
+    CriticalPriority,
+    /// `critical_priority_missing` (`check --pre`)
+    CriticalPriorityMissing,
+    /// `critical_priority_quota_short` (`check --pre`)
+    CriticalPriorityQuotaShort,
+    /// `csi_api` (`check --pre`)
+    CsiApi,
+    /// `csi_api_missing` (`check --pre`)
+    CsiApiMissing,
+    /// `kubelet_dir` (`check --pre`)
+    KubeletDir,
+    /// `kubelet_dir_differs` (`check --pre`)
+    KubeletDirDiffers,
+    /// `kubelet_dir_unknown` (`check --pre`)
+    KubeletDirUnknown,
+    /// `kubernetes_too_old` (`check --pre`)
+    KubernetesTooOld,
+    /// `kubernetes_version` (`check --pre`)
+    KubernetesVersion,
+    /// `model_can_run` (`check --pre`)
+    ModelCanRun,
+    /// `model_cannot_run` (`check --pre`)
+    ModelCannotRun,
+    /// `namespace_pod_security` (`check --pre`)
+    NamespacePodSecurity,
+    /// `no_namespaces_to_opt_in` (`check --pre`)
+    NoNamespacesToOptIn,
+    /// `node_port_taken` (`check --pre`)
+    NodePortTaken,
+    /// `node_ports_free` (`check --pre`)
+    NodePortsFree,
+    /// `pre_read_failed` (`check --pre`)
+    PreReadFailed,
+    /// `priority_class_exists` (`check --pre`)
+    PriorityClassExists,
+    /// `priority_class_taken` (`check --pre`)
+    PriorityClassTaken,
+    /// `quota_limits_install` (`check --pre`)
+    QuotaLimitsInstall,
+    /// `quota_too_small` (`check --pre`)
+    QuotaTooSmall,
 }
 
 impl FindingCode {
-    /// Every code, in alphabetical order.
+    /// Every code: `check`'s in alphabetical order, then `check --pre`'s.
     pub const ALL: &[FindingCode] = &[
         FindingCode::CaBundleInvalid,
         FindingCode::CaBundleMissing,
@@ -147,6 +199,32 @@ impl FindingCode {
         FindingCode::WebhookReady,
         FindingCode::WebhookRegistered,
         FindingCode::WebhookUnreadable,
+        FindingCode::AdmissionApi,
+        FindingCode::AdmissionApiMissing,
+        FindingCode::AdmissionPolicies,
+        FindingCode::AdmissionPoliciesSkipped,
+        FindingCode::AdmissionPolicyApiMissing,
+        FindingCode::CriticalPriority,
+        FindingCode::CriticalPriorityMissing,
+        FindingCode::CriticalPriorityQuotaShort,
+        FindingCode::CsiApi,
+        FindingCode::CsiApiMissing,
+        FindingCode::KubeletDir,
+        FindingCode::KubeletDirDiffers,
+        FindingCode::KubeletDirUnknown,
+        FindingCode::KubernetesTooOld,
+        FindingCode::KubernetesVersion,
+        FindingCode::ModelCanRun,
+        FindingCode::ModelCannotRun,
+        FindingCode::NamespacePodSecurity,
+        FindingCode::NoNamespacesToOptIn,
+        FindingCode::NodePortTaken,
+        FindingCode::NodePortsFree,
+        FindingCode::PreReadFailed,
+        FindingCode::PriorityClassExists,
+        FindingCode::PriorityClassTaken,
+        FindingCode::QuotaLimitsInstall,
+        FindingCode::QuotaTooSmall,
     ];
 
     /// The stable code.
@@ -197,6 +275,32 @@ impl FindingCode {
             FindingCode::WebhookReady => "webhook_ready",
             FindingCode::WebhookRegistered => "webhook_registered",
             FindingCode::WebhookUnreadable => "webhook_unreadable",
+            FindingCode::AdmissionApi => "admission_api",
+            FindingCode::AdmissionApiMissing => "admission_api_missing",
+            FindingCode::AdmissionPolicies => "admission_policies",
+            FindingCode::AdmissionPoliciesSkipped => "admission_policies_skipped",
+            FindingCode::AdmissionPolicyApiMissing => "admission_policy_api_missing",
+            FindingCode::CriticalPriority => "critical_priority",
+            FindingCode::CriticalPriorityMissing => "critical_priority_missing",
+            FindingCode::CriticalPriorityQuotaShort => "critical_priority_quota_short",
+            FindingCode::CsiApi => "csi_api",
+            FindingCode::CsiApiMissing => "csi_api_missing",
+            FindingCode::KubeletDir => "kubelet_dir",
+            FindingCode::KubeletDirDiffers => "kubelet_dir_differs",
+            FindingCode::KubeletDirUnknown => "kubelet_dir_unknown",
+            FindingCode::KubernetesTooOld => "kubernetes_too_old",
+            FindingCode::KubernetesVersion => "kubernetes_version",
+            FindingCode::ModelCanRun => "model_can_run",
+            FindingCode::ModelCannotRun => "model_cannot_run",
+            FindingCode::NamespacePodSecurity => "namespace_pod_security",
+            FindingCode::NoNamespacesToOptIn => "no_namespaces_to_opt_in",
+            FindingCode::NodePortTaken => "node_port_taken",
+            FindingCode::NodePortsFree => "node_ports_free",
+            FindingCode::PreReadFailed => "pre_read_failed",
+            FindingCode::PriorityClassExists => "priority_class_exists",
+            FindingCode::PriorityClassTaken => "priority_class_taken",
+            FindingCode::QuotaLimitsInstall => "quota_limits_install",
+            FindingCode::QuotaTooSmall => "quota_too_small",
         }
     }
 }

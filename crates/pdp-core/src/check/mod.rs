@@ -7,6 +7,7 @@ pub mod certs;
 pub mod classic_sidecars;
 pub mod codes;
 pub mod pods;
+pub mod pre;
 pub mod report;
 pub mod selectors;
 pub mod workloads;

@@ -923,10 +923,23 @@ fn every_code() -> Vec<(&'static str, Severity, Box<dyn Fn(&mut ClusterView)>)> 
 #[test]
 fn every_finding_code_is_produced_by_its_fixture() {
     let table = every_code();
-    let rows: BTreeSet<&str> = table.iter().map(|(code, _, _)| *code).collect();
+    // `check --pre`'s codes have their rows beside its own fixture.
+    let pre = crate::check::pre::tests::every_pre_code();
+    let names = table.iter().map(|(code, ..)| *code);
+    let rows: BTreeSet<&str> = names.chain(pre.iter().map(|(code, ..)| *code)).collect();
     let all: BTreeSet<&str> = Code::ALL.iter().map(|c| c.code()).collect();
-    assert_eq!(rows, all, "the table and FindingCode::ALL differ");
-    assert_eq!(rows.len(), table.len(), "a code has two rows");
+    assert_eq!(rows, all, "the tables and FindingCode::ALL differ");
+    assert_eq!(rows.len(), table.len() + pre.len(), "a code has two rows");
+    for (code, severity, change, _) in &pre {
+        let mut v = crate::check::pre::tests::ready();
+        change(&mut v);
+        let r = crate::check::pre::pre_report(&v);
+        assert_eq!(
+            crate::check::pre::tests::find(&r, code).severity,
+            *severity,
+            "{code}"
+        );
+    }
     for (code, severity, change) in &table {
         let mut v = in_order();
         change(&mut v);
