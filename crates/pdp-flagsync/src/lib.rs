@@ -5,6 +5,7 @@
 //! ([`service`]) gives each stream the sets its selector names, only those its caller's namespace may read
 //! ([`select`]), and a new configuration whenever one of them changes.
 
+pub mod codec;
 pub mod metrics;
 pub mod select;
 pub mod server;

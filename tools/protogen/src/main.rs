@@ -22,6 +22,8 @@ fn generate(root: &Path, module: &Module, out: &Path) -> std::io::Result<()> {
         .build_server(true)
         .build_client(true)
         .build_transport(false)
+        // Streams' buffers sized for mostly idle SyncFlags streams (crates/pdp-flagsync/src/codec.rs).
+        .codec_path("crate::codec::SyncCodec")
         .emit_rerun_if_changed(false)
         .out_dir(out)
         .compile_protos(&[root.join(module.proto)], &[root.join(module.include)])
