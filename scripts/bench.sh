@@ -3,11 +3,13 @@
 #
 #   scripts/bench.sh            # full run: ~20 minutes on 2 cores
 #   scripts/bench.sh --quick    # smoke run (CI): a second or two per case, ~2 minutes after the build
+#   scripts/bench.sh --flag-sync   # only the flag sync fan-out (5. below), ~1 minute after the build
 #
 # Options: --rounds N (default 3; 1 with --quick), --cases "mix inject ..." (default all), --no-criterion,
 # --max-wait SECONDS (full run: wait at most this long in all for a quiet machine; default 1200),
 # --oha (also run oha, installed with `cargo install oha` if missing, at 8 connections, to cross-check the load
-# generator), --strict (exit 1 when a target is missed).
+# generator), --strict (exit 1 when a target is missed), --flag-sync (only the flag sync fan-out; with --quick, 200
+# streams and 5 changes).
 #
 # What it does: builds the release binary and the benchmark tools of bench/ (null-server, loadgen, gen-reviews,
 # bench-report), generates certificates and AdmissionReview bodies (benches/reviews.rs, the criterion benchmark's
@@ -25,6 +27,10 @@
 #   3. a flood: 512 connections posting 80 KiB reviews closed-loop at `serve` (default --max-in-flight 256), and
 #      the same at the null handler (how much of the memory is the stack's);
 #   4. offline `inject` of a 20,000-document YAML stream, on one core and on all (median of 3 each);
+#   5. (full run and --flag-sync) the flag sync fan-out (bench/src/bin/sync-fanout.rs): `pdp-injector flag-sync
+#      --flags-dir` pinned to core 0, 1,000 SyncFlags streams from core 1, one connection per stream and then 16
+#      streams per connection, 20 changes of the flag file: change-to-subscriber p50/p99, server CPU per change,
+#      RSS (target/bench/flag-sync.txt; with --flag-sync, its JSON in target/bench/flag-sync.jsonl);
 # and prints the tables, the ratios ours/floor and pass/miss per target. Results: target/bench/results.jsonl (every
 # run), target/bench/summary.json (the medians and the verdicts), target/bench/report.txt (the printed report).
 # Only 127.0.0.1 is used; every process started here is killed on exit.
@@ -38,6 +44,7 @@ criterion=1
 max_wait=1200
 oha=0
 strict=0
+flag_sync_only=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) quick=1 ;;
@@ -47,7 +54,8 @@ while [ $# -gt 0 ]; do
         --max-wait) max_wait="$2"; shift ;;
         --oha) oha=1 ;;
         --strict) strict=1 ;;
-        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+        --flag-sync) flag_sync_only=1 ;;
+        -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -82,6 +90,8 @@ target=${CARGO_TARGET_DIR:-target}
 out=$target/bench
 mkdir -p "$out"
 results="$out/results.jsonl"
+# --flag-sync alone leaves the full run's results in place.
+if [ "$flag_sync_only" = 1 ]; then results="$out/flag-sync.jsonl"; fi
 : > "$results"
 clk_tck="$(getconf CLK_TCK)"
 bin=$target/release/pdp-injector
@@ -104,14 +114,34 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# --- 5. flag sync fan-out (defined here, run after the flood, or alone with --flag-sync) ---------------------------
+# sync-fanout starts and stops its own servers (pinned to core 0); it fails when a stream misses a change.
+flag_sync() {
+    local args=(--streams 1000 --changes 20)
+    if [ "$quick" = 1 ]; then args=(--streams 200 --changes 5 --idle 1); fi
+    step "flag sync fan-out: ${args[1]} SyncFlags streams, one connection each and 16 per connection, ${args[3]} changes"
+    if ! taskset -c 1 "$tools/sync-fanout" --bin "$bin" --server-cpu 0 --per-connection 1,16 "${args[@]}" \
+        --work-dir "$out/flag-sync" --clk-tck "$clk_tck" --label flag_sync >> "$results" 2> "$out/flag-sync.txt"; then
+        cat "$out/flag-sync.txt" >&2
+        echo "bench.sh: the flag sync fan-out failed" >&2
+        exit 1
+    fi
+    cat "$out/flag-sync.txt" >&2
+}
+
 # --- build ---------------------------------------------------------------------------------------------------
 step "building the release binary and the benchmark tools (bench/)"
 cargo build --release --locked --bin pdp-injector >&2
 cargo build --release --locked -p pdp-injector-bench \
-    --bin null-server --bin loadgen --bin gen-reviews --bin bench-report --bin stages >&2
+    --bin null-server --bin loadgen --bin gen-reviews --bin bench-report --bin stages --bin sync-fanout >&2
 if [ "$oha" = 1 ] && ! command -v oha >/dev/null; then
     step "installing oha from crates.io"
     cargo install oha --locked >&2
+fi
+
+if [ "$flag_sync_only" = 1 ]; then
+    flag_sync
+    exit 0
 fi
 
 step "certificates, bodies and the YAML stream"
@@ -314,6 +344,11 @@ for i in $(seq 1 "$offline_runs"); do
             "$summary_line" >> "$results"
     done
 done
+
+if [ "$quick" = 0 ]; then
+    wait_quiet
+    flag_sync
+fi
 
 printf '{"kind":"meta_end","load_after":"%s","elapsed_s":%s,"waited_s":%s}\n' "$(cut -d' ' -f1-3 /proc/loadavg)" \
     "$(( $(date +%s) - started_at ))" "$waited" >> "$results"

@@ -6,6 +6,7 @@
 //! ([`select`]), and a new configuration whenever one of them changes. One central source watches the cluster;
 //! each node's relay ([`relay`]) re-serves its state on the node.
 
+pub mod codec;
 pub mod metrics;
 pub mod relay;
 pub mod select;

@@ -13,6 +13,8 @@ struct Module {
     out_dir: &'static str,
     client: bool,
     default_stubs: bool,
+    /// The codec: the flag sync's sizes buffers for mostly idle streams (crates/pdp-flagsync/src/codec.rs).
+    codec: &'static str,
 }
 
 const MODULES: &[Module] = &[
@@ -22,6 +24,7 @@ const MODULES: &[Module] = &[
         out_dir: "crates/pdp-flagsync/src/gen",
         client: true,
         default_stubs: false,
+        codec: "crate::codec::SyncCodec",
     },
     Module {
         proto: "crates/pdp-flagsync/proto/pdp/relay/v1/relay.proto",
@@ -29,6 +32,7 @@ const MODULES: &[Module] = &[
         out_dir: "crates/pdp-flagsync/src/gen",
         client: true,
         default_stubs: false,
+        codec: "crate::codec::SyncCodec",
     },
     Module {
         proto: "src/csi/proto/csi/csi.proto",
@@ -36,6 +40,7 @@ const MODULES: &[Module] = &[
         out_dir: "src/csi/gen",
         client: false,
         default_stubs: true,
+        codec: "tonic_prost::ProstCodec",
     },
     Module {
         proto: "src/csi/proto/pluginregistration/api.proto",
@@ -43,6 +48,7 @@ const MODULES: &[Module] = &[
         out_dir: "src/csi/gen",
         client: false,
         default_stubs: false,
+        codec: "tonic_prost::ProstCodec",
     },
 ];
 
@@ -52,6 +58,7 @@ fn generate(root: &Path, module: &Module, out: &Path) -> std::io::Result<()> {
         .build_client(module.client)
         .build_transport(false)
         .generate_default_stubs(module.default_stubs)
+        .codec_path(module.codec)
         .emit_rerun_if_changed(false)
         .out_dir(out)
         .compile_protos(&[root.join(module.proto)], &[root.join(module.include)])

@@ -169,7 +169,7 @@ pub mod flag_sync_service_client {
                         format!("Service was not ready: {}", e.into()),
                     )
                 })?;
-            let codec = tonic_prost::ProstCodec::default();
+            let codec = crate::codec::SyncCodec::default();
             let path = http::uri::PathAndQuery::from_static(
                 "/flagd.sync.v1.FlagSyncService/SyncFlags",
             );
@@ -193,7 +193,7 @@ pub mod flag_sync_service_client {
                         format!("Service was not ready: {}", e.into()),
                     )
                 })?;
-            let codec = tonic_prost::ProstCodec::default();
+            let codec = crate::codec::SyncCodec::default();
             let path = http::uri::PathAndQuery::from_static(
                 "/flagd.sync.v1.FlagSyncService/FetchAllFlags",
             );
@@ -220,7 +220,7 @@ pub mod flag_sync_service_client {
                         format!("Service was not ready: {}", e.into()),
                     )
                 })?;
-            let codec = tonic_prost::ProstCodec::default();
+            let codec = crate::codec::SyncCodec::default();
             let path = http::uri::PathAndQuery::from_static(
                 "/flagd.sync.v1.FlagSyncService/GetMetadata",
             );
@@ -377,7 +377,7 @@ pub mod flag_sync_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = SyncFlagsSvc(inner);
-                        let codec = tonic_prost::ProstCodec::default();
+                        let codec = crate::codec::SyncCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
                                 accept_compression_encodings,
@@ -423,7 +423,7 @@ pub mod flag_sync_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = FetchAllFlagsSvc(inner);
-                        let codec = tonic_prost::ProstCodec::default();
+                        let codec = crate::codec::SyncCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
                                 accept_compression_encodings,
@@ -468,7 +468,7 @@ pub mod flag_sync_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = GetMetadataSvc(inner);
-                        let codec = tonic_prost::ProstCodec::default();
+                        let codec = crate::codec::SyncCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
                                 accept_compression_encodings,

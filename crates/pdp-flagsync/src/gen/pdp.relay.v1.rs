@@ -138,7 +138,7 @@ pub mod node_relay_client {
                         format!("Service was not ready: {}", e.into()),
                     )
                 })?;
-            let codec = tonic_prost::ProstCodec::default();
+            let codec = crate::codec::SyncCodec::default();
             let path = http::uri::PathAndQuery::from_static(
                 "/pdp.relay.v1.NodeRelay/Watch",
             );
@@ -282,7 +282,7 @@ pub mod node_relay_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = WatchSvc(inner);
-                        let codec = tonic_prost::ProstCodec::default();
+                        let codec = crate::codec::SyncCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
                                 accept_compression_encodings,
