@@ -6,8 +6,8 @@
 # - binary: `cargo build --release` (line tables, Cargo.toml's release profile), then the debug info split off:
 #   dist/pdp-injector (debug sections and symbol table stripped, with a .gnu_debuglink naming the debug file) and
 #   dist/pdp-injector.debug (`objcopy --only-keep-debug`: line tables and symbols, which gdb, addr2line and a
-#   panic's backtrace load when the file sits beside the binary or under /usr/lib/debug); dist/pdp-await (tools/pdp-await, static and stripped by its own profile). The
-#   Dockerfile runs this step.
+#   panic's backtrace load when the file sits beside the binary or under /usr/lib/debug); dist/pdp-await
+#   (tools/pdp-await, static and stripped by its own profile). The Dockerfile runs this step.
 # - sbom: dist/pdp-injector-VERSION.cdx.json, CycloneDX of the crates in the binary (scripts/sbom.py, from
 #   `cargo metadata` and Cargo.lock).
 # - chart: dist/pdp-injector-VERSION.tgz, `helm package` with version and appVersion set to the crate's version
