@@ -15,10 +15,13 @@
   are checked by scripts/validate-manifests.sh, and the equivalence below ties the chart's to theirs).
 - equivalence: for each setting that an overlay also offers, the chart's objects and `kubectl kustomize` of
   the overlay are the same, object by object (the chart adds only the labels app.kubernetes.io/managed-by and
-  helm.sh/chart, and its helm test hooks). overlays/central/config.yaml and overlays/sidecar-only/config.yaml are
+  helm.sh/chart, and its hooks: helm test's and the install's, which kustomize has no phase for). overlays/central/config.yaml and overlays/sidecar-only/config.yaml are
   generated from the chart (`--update` rewrites them); they fail this check when stale.
 - options: each value of ci/options-values.yaml lands where it should.
 - package: `helm package` puts the linked manifests into the chart archive, which renders the same.
+- version: Chart.yaml's version and appVersion and values.yaml's image.tag are Cargo.toml's version (the release
+  packages the chart with the crate's version: scripts/release.sh).
+- hooks: the install's hook Jobs run the webhook's image with its restricted securityContext, bounded.
 - readme: the values table of charts/pdp-injector/README.md is the one values.yaml's comments give (`--update`
   rewrites it).
 
@@ -170,12 +173,18 @@ def key(d):
     return f"{d.get('kind')}/{m.get('namespace', '') + '/' if m.get('namespace') else ''}{m.get('name')}"
 
 
+def is_hook(d):
+    return "helm.sh/hook" in ((d.get("metadata") or {}).get("annotations") or {})
+
+
 def installed(objs):
-    """The chart's objects without its test hooks, without the labels only Helm adds."""
+    """The chart's objects without its hooks, without the labels only Helm adds."""
     out = {}
     for d in json.loads(json.dumps(objs)):  # a copy: the renderings are compared more than once
         m = d.get("metadata") or {}
-        if "helm.sh/hook" in (m.get("annotations") or {}):
+        # Hooks (helm test's, the post-install readiness Job, the pre-delete unregister Job and their RBAC) run
+        # at a phase of a Helm release; kustomize has no such phase, so the overlays have no counterpart.
+        if is_hook(d):
             continue
         labels = m.get("labels") or {}
         for l in HELM_LABELS:
@@ -327,8 +336,52 @@ def main():
 
     check_package(helm, renders.get((None, "1.33.0")))
     check_options(renders.get(("options-values.yaml", "1.33.0")), renders.get(("options-values.yaml", "1.20.2")))
+    check_version()
+    check_hooks(renders.get((None, "1.33.0")), renders.get(("daemonset-values.yaml", "1.20.2")))
     check_readme(update)
     return summary()
+
+
+def check_version():
+    import tomllib
+    crate = tomllib.loads((REPO / "Cargo.toml").read_text())["package"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    tag = yaml.safe_load((CHART / "values.yaml").read_text())["image"]["tag"]
+    got = {"Chart.yaml version": chart.get("version"), "Chart.yaml appVersion": chart.get("appVersion"),
+           "values.yaml image.tag": tag}
+    wrong = [f"{k} is {v!r}" for k, v in got.items() if str(v) != crate]
+    record(f"version: Chart.yaml's version and appVersion and image.tag are the crate's {crate}", not wrong,
+           "; ".join(wrong) + f" (Cargo.toml: {crate})")
+
+
+def check_hooks(*renderings):
+    """The install's hook Jobs: the webhook's image, its restricted securityContext, one bounded attempt."""
+    problems, seen = [], set()
+    for objs in renderings:
+        if objs is None:
+            problems.append("a rendering failed")
+            continue
+        web = next(d for d in objs if key(d) == "Deployment/pdp-system/pdp-injector")["spec"]["template"]["spec"]
+        for d in objs:
+            hook = ((d.get("metadata") or {}).get("annotations") or {}).get("helm.sh/hook", "")
+            if d.get("kind") != "Job" or hook == "test":
+                continue
+            seen.add(f"{d['metadata']['name']} ({hook})")
+            pod = d["spec"]["template"]["spec"]
+            c = pod["containers"][0]
+            if c["image"] != web["containers"][0]["image"]:
+                problems.append(f"{key(d)}: image {c['image']}, not the webhook's")
+            if pod.get("securityContext") != web["securityContext"]:
+                problems.append(f"{key(d)}: Pod securityContext differs from the webhook's")
+            if c.get("securityContext") != web["containers"][0]["securityContext"]:
+                problems.append(f"{key(d)}: container securityContext differs from the webhook's")
+            if d["spec"].get("backoffLimit") != 0 or not d["spec"].get("activeDeadlineSeconds"):
+                problems.append(f"{key(d)}: not one bounded attempt")
+    want = {"pdp-injector-wait-ready (post-install,post-upgrade)", "pdp-injector-unregister (pre-delete)"}
+    if not want <= seen:
+        problems.append(f"missing: {', '.join(sorted(want - seen))}")
+    record(f"hooks: {', '.join(sorted(want))} run the webhook's image, restricted, bounded", not problems,
+           "; ".join(problems[:4]))
 
 
 def check_package(helm, objs):

@@ -264,7 +264,7 @@ def install(skip):
     if skip and get("deployment", "pdp-injector", "pdp-system"):
         log("already installed (--skip-install)")
     else:
-        p = helm("install", RELEASE, CHART, *HELM_VALUES, timeout=180)
+        p = helm("install", RELEASE, CHART, *HELM_VALUES, timeout=300)  # with the readiness hook Job
         log(one_line(p.stdout.split("NOTES:")[0], 600))
     t_dep = rollout("deployment", "pdp-injector", "pdp-system", 240)
     t_ds = rollout("daemonset", "cerbos-pdp", "pdp-node", 240)

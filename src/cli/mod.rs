@@ -6,6 +6,7 @@ mod certs;
 mod check;
 mod csi;
 mod flag_sync;
+mod hooks;
 mod inject;
 mod logging;
 mod node;
@@ -48,6 +49,11 @@ enum Command {
     CsiNode(Box<csi::CsiNodeArgs>),
     /// Serve flagd's gRPC sync (flagd.sync.v1) from the cluster's flag objects, each stream scoped to its caller.
     FlagSync(Box<flag_sync::FlagSyncArgs>),
+    /// Wait until the webhook's /readyz answers through its Service, trusted by its caBundle (the chart's
+    /// post-install hook). Exit status: 0 ready, 1 not within the timeout.
+    WaitReady(hooks::WaitReadyArgs),
+    /// Delete the MutatingWebhookConfiguration (the chart's pre-delete hook, before the webhook's Pods go).
+    Unregister(hooks::UnregisterArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -126,6 +132,16 @@ pub fn main() -> ExitCode {
                 }
             };
         }
+        Command::WaitReady(args) => {
+            return match hooks::run(args) {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Command::Unregister(args) => hooks::unregister(args),
         Command::Serve(args) => serve::run(*args),
         Command::Inject(args) => inject::run(args),
         Command::Certs(args) => certs::run(args),
