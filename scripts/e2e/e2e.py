@@ -945,7 +945,8 @@ def _(h):
     workload(h, ns)
     h.must_create(pod("solo", ns, annotations={INJECT: "sidecar"}))
     rc, report, err = h.check(ns)
-    check(rc == 0, f"exit {rc} on a cluster in order: errors {codes(report) if report else err}")
+    check(rc == 0, f"exit {rc} on a cluster in order: errors {codes(report) if report else err}: "
+                   f"{one_line(json.dumps(findings(report, 'error')) if report else '', 1500)}")
     check(report["ok"] and not findings(report, "warning"),
           f"warnings on a cluster in order: {one_line(json.dumps(findings(report, 'warning')))}")
     for code in ["config_loaded", "webhook_registered", "serving_cert_trusted", "endpoint_trusted", "webhook_ready",

@@ -379,8 +379,8 @@ fn volume_not_carried(pod: &PodView<'_>, profile: &Profile, status: &Status) -> 
             let named = crate::json::from_str::<NameEntry<'_>>(raw.get())
                 .is_ok_and(|e| e.name.as_str() == name);
             if named {
-                same = serde_json::from_str::<k8s_openapi::api::core::v1::Volume>(raw.get())
-                    .is_ok_and(|v| v == wanted);
+                same = serde_json::from_str::<serde_json::Value>(raw.get())
+                    .is_ok_and(|found| same_volume(found, &wanted));
             }
             named
         });
@@ -389,6 +389,32 @@ fn volume_not_carried(pod: &PodView<'_>, profile: &Profile, status: &Status) -> 
         }
     }
     None
+}
+
+/// Whether a volume as the Pod has it is `wanted`, once the fields the apiserver defaults and the profile does not
+/// set are left out (a ConfigMap, Secret, projected or Downward API volume's `defaultMode` 420, hostPath's `type`
+/// ""): the Pod the webhook sees again on reinvocation, and `check` reads, carries them.
+fn same_volume(mut found: serde_json::Value, wanted: &k8s_openapi::api::core::v1::Volume) -> bool {
+    let Ok(wanted) = serde_json::to_value(wanted) else {
+        return false;
+    };
+    for (source, field, default) in [
+        ("configMap", "defaultMode", serde_json::json!(420)),
+        ("secret", "defaultMode", serde_json::json!(420)),
+        ("projected", "defaultMode", serde_json::json!(420)),
+        ("downwardAPI", "defaultMode", serde_json::json!(420)),
+        ("hostPath", "type", serde_json::json!("")),
+    ] {
+        let unset = wanted.get(source).is_some_and(|w| w.get(field).is_none());
+        if let Some(obj) = found.get_mut(source).and_then(|f| f.as_object_mut())
+            && unset
+            && obj.get(field) == Some(&default)
+        {
+            obj.remove(field);
+        }
+    }
+    serde_json::from_value::<k8s_openapi::api::core::v1::Volume>(found)
+        .is_ok_and(|v| serde_json::to_value(&v).ok() == Some(wanted))
 }
 
 /// Applies the precedence table: namespace `disabled` > Pod `disabled` > Pod mode > namespace mode > config default.
@@ -762,5 +788,45 @@ pub fn decide_pod(
     match PodView::parse(&json) {
         Ok(view) => decide(&view, ns, config),
         Err(e) => Decision::Deny(Denial::invalid_object(e)),
+    }
+}
+
+#[cfg(test)]
+mod volume_defaults {
+    use super::same_volume;
+    use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, HostPathVolumeSource, Volume};
+
+    #[test]
+    fn the_apiservers_defaults_do_not_make_a_wired_volume_another() {
+        let wanted = Volume {
+            name: "cerbos-policies".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: "cerbos-policies".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let defaulted = serde_json::json!({"name": "cerbos-policies", "configMap": {"name": "cerbos-policies", "defaultMode": 420}});
+        assert!(same_volume(defaulted, &wanted));
+        let other_mode = serde_json::json!({"name": "cerbos-policies", "configMap": {"name": "cerbos-policies", "defaultMode": 511}});
+        assert!(!same_volume(other_mode, &wanted));
+        let other_map = serde_json::json!({"name": "cerbos-policies", "configMap": {"name": "elsewhere", "defaultMode": 420}});
+        assert!(!same_volume(other_map, &wanted));
+        let host = Volume {
+            name: "s".into(),
+            host_path: Some(HostPathVolumeSource {
+                path: "/var/run/cerbos".into(),
+                type_: None,
+            }),
+            ..Default::default()
+        };
+        assert!(same_volume(
+            serde_json::json!({"name": "s", "hostPath": {"path": "/var/run/cerbos", "type": ""}}),
+            &host
+        ));
+        assert!(!same_volume(
+            serde_json::json!({"name": "s", "hostPath": {"path": "/etc", "type": ""}}),
+            &host
+        ));
     }
 }
