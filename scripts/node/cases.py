@@ -1354,150 +1354,6 @@ def sleeper(name, ns):
                                                     "limits": {"memory": "16Mi"}}}]}}}}
 
 
-@case("helm-upgrade-switches-the-default-model-check-names-the-pods-to-restart")
-def _(shared):
-    ns = namespace("upgrade", {"pdp-injector.io/injection": "enabled"})
-    kubectl("create", "-f", "-", input=sleeper("app", ns))
-    rollout("deployment", "app", ns, 120)
-    st = status_of(pod_of(ns, "app"))
-    check(st and st.get("mode") == "daemonset", f"before the upgrade, enabled is not daemonset: {st}")
-    t = time.monotonic()
-    # The node-local PDP stays (the Pods wired to it keep working until they are restarted).
-    helm("upgrade", RELEASE, CHART, "--reuse-values", "--set", "pdp.model=central", "--set",
-         "pdp.nodeLocal.enabled=true", timeout=180)
-    figure(f"  helm upgrade --set pdp.model=central: {time.monotonic() - t:.1f}s")
-
-    def central_now():
-        out, err = create({**pending_pod("x", ns), "metadata": {"generateName": "after-", "namespace": ns}})
-        if out is None:
-            raise RuntimeError(err)
-        return (status_of(out) or {}).get("mode") == "central"
-    # The webhook reloads its config once the kubelet has refreshed the mounted ConfigMap.
-    wait_for("new Pods of an `enabled` namespace wired in central mode", central_now, 180, interval=2)
-    figure(f"  enabled means central {time.monotonic() - t:.1f}s after the upgrade (the kubelet's ConfigMap refresh)")
-    binary = os.environ.get("PDP_INJECTOR_BIN") or str(REPO / "target/debug/pdp-injector")
-    p = subprocess.run([binary, "check", "-A", "-o", "json"], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "KUBECONFIG": KUBECONFIG})
-    fix = f"kubectl rollout restart deployment/app -n {ns}"
-    check(p.returncode != 0, f"check exits 0 with a Pod wired in the old model: {one_line(p.stdout, 600)}")
-    check(fix in p.stdout and "other_mode" in p.stdout,
-          f"check does not name deployment/app (other_mode, `{fix}`): {one_line(p.stdout + p.stderr, 1500)}")
-    figure(f"  check: other_mode, fix `{fix}`")
-    # Its Pod holds the CSI socket volume: it must go while the plugin runs (helm uninstall removes the plugin).
-    delete_app(ns)
-
-
-@case("helm-test-passes")
-def _(shared):
-    t = time.monotonic()
-    p = helm("test", RELEASE, "--timeout=180s", check_rc=False, timeout=240)
-    out = p.stdout + p.stderr
-    check(p.returncode == 0 and re.search(r"Phase:\s+Succeeded", out),
-          f"helm test failed (exit {p.returncode}): {one_line(out, 1500)}")
-    figure(f"  helm test (model central, the test Pod's allow + deny through the central Service): "
-           f"{time.monotonic() - t:.1f}s")
-
-
-def uninstall_leaves_nothing(slug):
-    """`helm uninstall --wait` while Pods are created in an opted-in namespace (named after `slug`): none refused,
-    afterwards none of the release's objects, namespaces or webhook configuration left, and Pods there created
-    uninjected."""
-    ns = namespace(slug, {"pdp-injector.io/injection": "enabled"})
-    objs = [d for d in yaml.safe_load_all(helm("get", "manifest", RELEASE).stdout) if d]
-    done = {}
-
-    def uninstall():
-        done["p"] = helm("uninstall", RELEASE, "--wait", "--timeout=240s", check_rc=False, timeout=300)
-        done["at"] = time.monotonic()
-    t = time.monotonic()
-    th = threading.Thread(target=uninstall)
-    th.start()
-    # Pods are created in the opted-in namespace all along: none may be refused (the webhook configuration goes
-    # before the webhook), and once the release is gone they are created uninjected.
-    created, failures, _ = create_loop(ns, lambda: "at" in done and time.monotonic() - done["at"] > 3, "u",
-                                       interval=0.3)
-    th.join()
-    p = done["p"]
-    check(p.returncode == 0, f"helm uninstall failed: {one_line(p.stderr or p.stdout, 1000)}")
-    figure(f"  helm uninstall --wait: {done['at'] - t:.1f}s; {created} Pods created meanwhile, "
-           f"{len(failures)} refused")
-    if failures:
-        raise Fail(f"{len(failures)} creations refused during helm uninstall, first: {failures[0][1]}")
-    out, err = create(pending_pod("after", ns))
-    check(out is not None and not status_of(out), f"Pod creation after the uninstall: {one_line(err)}")
-    left = [f"{d['kind']}/{d['metadata']['name']}" for d in objs
-            if get(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"))]
-    left += [f"namespace/{n}" for n in ("pdp-system", "pdp-node", "pdp-central", f"{RELEASE}-test")
-             if get("namespace", n)]
-    check(not get("mutatingwebhookconfiguration", "pdp-injector"), "the MutatingWebhookConfiguration is left")
-    check(not left, f"left after helm uninstall: {left}")
-    figure(f"  none of the release's {len(objs)} objects left (the Secret pdp-injector-tls went with pdp-system)")
-
-
-@case("helm-uninstall-leaves-nothing-pod-creation-works")
-def _(shared):
-    uninstall_leaves_nothing("uninstall")
-
-
-# What the chart's profile names when no value is set: the central Service by its DNS name, which Pods resolve
-# through the cluster DNS (the search list expands it to cerbos-pdp.pdp-central.svc.cluster.local).
-CENTRAL_BY_NAME = "cerbos-pdp.pdp-central.svc:3593"
-
-
-@case("helm-install-no-values-central-model-annotated-pod-decides-through-the-service-name")
-def _(shared):
-    if helm("status", RELEASE, check_rc=False).returncode == 0:
-        # run alone (a filter): the tier's own install is still there
-        uninstall_leaves_nothing("uninstall-first")
-    t = time.monotonic()
-    helm("install", RELEASE, CHART, "--wait", "--timeout=300s", timeout=360)
-    t_install = time.monotonic() - t
-    objs = [d for d in yaml.safe_load_all(helm("get", "manifest", RELEASE).stdout) if d]
-    kinds = sorted({d["kind"] for d in objs})
-    check("DaemonSet" not in kinds, f"the no-values install has node-local workloads: {kinds}")
-    central = get("deployment", "cerbos-pdp", "pdp-central")
-    check(central and (central.get("status") or {}).get("readyReplicas") == 2,
-          f"the central Cerbos Deployment is not 2/2 ready after helm install --wait: {(central or {}).get('status')}")
-    svc_ip = get("service", "cerbos-pdp", "pdp-central")["spec"]["clusterIP"]
-    figure(f"  helm install --wait (no values): {t_install:.1f}s, {len(objs)} objects, central model "
-           f"(Deployment pdp-central/cerbos-pdp 2/2 ready, Service ClusterIP {svc_ip}), no DaemonSet")
-    # A namespace without any pdp-injector label: the Pod annotation opts in, `enabled` is the default model.
-    ns = namespace("novalues")
-    opt_in = {"pdp-injector.io/inject": "enabled"}
-    st = wait_injecting(ns, opt_in)
-    check(st.get("mode") == "central", f"`enabled` is not central with no values: {st}")
-    figure(f"  injecting {time.monotonic() - t:.1f}s after helm install")
-    kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"], opt_in))
-    rollout("deployment", "app", ns, 120)
-    pod = pod_of(ns, "app")
-    st = status_of(pod)
-    check(st and st.get("mode") == "central", f"the app is not injected in central mode: status {st}")
-    env = env_of(pod["spec"]["containers"][0])
-    check(env.get("CERBOS_PDP_ADDR") == CENTRAL_BY_NAME,
-          f"CERBOS_PDP_ADDR is not the central Service's name {CENTRAL_BY_NAME}: {env}")
-    first = logs(ns, pod["metadata"]["name"])
-    check("RESULT ok" in first, f"the app's first checks at start failed: {one_line(first, 800)}")
-    figure(f"  at start, first attempt: {lines(first, 'OK tcp')[0][3:]}")
-    p = kubectl("-n", ns, "exec", pod["metadata"]["name"], "-c", "app", "--", "/pdpclient", "resolve",
-                CENTRAL_BY_NAME.rsplit(":", 1)[0], check_rc=False, timeout=60)
-    resolved = lines(p.stdout, "RESOLVED ")
-    check(p.returncode == 0 and resolved and resolved[0].split()[2] == svc_ip,
-          f"the Service name does not resolve to {svc_ip} in the Pod: {one_line(p.stdout + p.stderr, 600)}")
-    figure(f"  in the Pod: {resolved[0][9:]}")
-    rc, out = exec_check(ns, pod["metadata"]["name"])
-    check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
-    check_client_output(out, ["tcp", "http"], ["socket", "sgrpc"])
-    uninstall_leaves_nothing("uninstall-novalues")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def cleanup():
-    kubectl("delete", "namespace", "-l", f"{RUN_LABEL}={RUN_ID}", "--wait=false", check_rc=False)
-
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # flagd: the official Rust provider, in-process, through this project's sync (central source + node relay)
 
@@ -1736,6 +1592,151 @@ def _(shared):
         raise Fail(f"{e}: source generation {source_gen:.0f}, relay's view of it {seen.get('relay')}; relay log: "
                    f"{one_line(kubectl('-n', 'pdp-flags', 'logs', 'ds/pdp-flag-relay', check_rc=False).stdout[-1500:], 1500)}")
     figure(f"  the relay followed the returned source: generation {seen['relay']:.0f}")
+
+
+
+@case("helm-upgrade-switches-the-default-model-check-names-the-pods-to-restart")
+def _(shared):
+    ns = namespace("upgrade", {"pdp-injector.io/injection": "enabled"})
+    kubectl("create", "-f", "-", input=sleeper("app", ns))
+    rollout("deployment", "app", ns, 120)
+    st = status_of(pod_of(ns, "app"))
+    check(st and st.get("mode") == "daemonset", f"before the upgrade, enabled is not daemonset: {st}")
+    t = time.monotonic()
+    # The node-local PDP stays (the Pods wired to it keep working until they are restarted).
+    helm("upgrade", RELEASE, CHART, "--reuse-values", "--set", "pdp.model=central", "--set",
+         "pdp.nodeLocal.enabled=true", timeout=180)
+    figure(f"  helm upgrade --set pdp.model=central: {time.monotonic() - t:.1f}s")
+
+    def central_now():
+        out, err = create({**pending_pod("x", ns), "metadata": {"generateName": "after-", "namespace": ns}})
+        if out is None:
+            raise RuntimeError(err)
+        return (status_of(out) or {}).get("mode") == "central"
+    # The webhook reloads its config once the kubelet has refreshed the mounted ConfigMap.
+    wait_for("new Pods of an `enabled` namespace wired in central mode", central_now, 180, interval=2)
+    figure(f"  enabled means central {time.monotonic() - t:.1f}s after the upgrade (the kubelet's ConfigMap refresh)")
+    binary = os.environ.get("PDP_INJECTOR_BIN") or str(REPO / "target/debug/pdp-injector")
+    p = subprocess.run([binary, "check", "-A", "-o", "json"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "KUBECONFIG": KUBECONFIG})
+    fix = f"kubectl rollout restart deployment/app -n {ns}"
+    check(p.returncode != 0, f"check exits 0 with a Pod wired in the old model: {one_line(p.stdout, 600)}")
+    check(fix in p.stdout and "other_mode" in p.stdout,
+          f"check does not name deployment/app (other_mode, `{fix}`): {one_line(p.stdout + p.stderr, 1500)}")
+    figure(f"  check: other_mode, fix `{fix}`")
+    # Its Pod holds the CSI socket volume: it must go while the plugin runs (helm uninstall removes the plugin).
+    delete_app(ns)
+
+
+@case("helm-test-passes")
+def _(shared):
+    t = time.monotonic()
+    p = helm("test", RELEASE, "--timeout=180s", check_rc=False, timeout=240)
+    out = p.stdout + p.stderr
+    check(p.returncode == 0 and re.search(r"Phase:\s+Succeeded", out),
+          f"helm test failed (exit {p.returncode}): {one_line(out, 1500)}")
+    figure(f"  helm test (model central, the test Pod's allow + deny through the central Service): "
+           f"{time.monotonic() - t:.1f}s")
+
+
+def uninstall_leaves_nothing(slug):
+    """`helm uninstall --wait` while Pods are created in an opted-in namespace (named after `slug`): none refused,
+    afterwards none of the release's objects, namespaces or webhook configuration left, and Pods there created
+    uninjected."""
+    ns = namespace(slug, {"pdp-injector.io/injection": "enabled"})
+    objs = [d for d in yaml.safe_load_all(helm("get", "manifest", RELEASE).stdout) if d]
+    done = {}
+
+    def uninstall():
+        done["p"] = helm("uninstall", RELEASE, "--wait", "--timeout=240s", check_rc=False, timeout=300)
+        done["at"] = time.monotonic()
+    t = time.monotonic()
+    th = threading.Thread(target=uninstall)
+    th.start()
+    # Pods are created in the opted-in namespace all along: none may be refused (the webhook configuration goes
+    # before the webhook), and once the release is gone they are created uninjected.
+    created, failures, _ = create_loop(ns, lambda: "at" in done and time.monotonic() - done["at"] > 3, "u",
+                                       interval=0.3)
+    th.join()
+    p = done["p"]
+    check(p.returncode == 0, f"helm uninstall failed: {one_line(p.stderr or p.stdout, 1000)}")
+    figure(f"  helm uninstall --wait: {done['at'] - t:.1f}s; {created} Pods created meanwhile, "
+           f"{len(failures)} refused")
+    if failures:
+        raise Fail(f"{len(failures)} creations refused during helm uninstall, first: {failures[0][1]}")
+    out, err = create(pending_pod("after", ns))
+    check(out is not None and not status_of(out), f"Pod creation after the uninstall: {one_line(err)}")
+    left = [f"{d['kind']}/{d['metadata']['name']}" for d in objs
+            if get(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"))]
+    left += [f"namespace/{n}" for n in ("pdp-system", "pdp-node", "pdp-central", f"{RELEASE}-test")
+             if get("namespace", n)]
+    check(not get("mutatingwebhookconfiguration", "pdp-injector"), "the MutatingWebhookConfiguration is left")
+    check(not left, f"left after helm uninstall: {left}")
+    figure(f"  none of the release's {len(objs)} objects left (the Secret pdp-injector-tls went with pdp-system)")
+
+
+@case("helm-uninstall-leaves-nothing-pod-creation-works")
+def _(shared):
+    uninstall_leaves_nothing("uninstall")
+
+
+# What the chart's profile names when no value is set: the central Service by its DNS name, which Pods resolve
+# through the cluster DNS (the search list expands it to cerbos-pdp.pdp-central.svc.cluster.local).
+CENTRAL_BY_NAME = "cerbos-pdp.pdp-central.svc:3593"
+
+
+@case("helm-install-no-values-central-model-annotated-pod-decides-through-the-service-name")
+def _(shared):
+    if helm("status", RELEASE, check_rc=False).returncode == 0:
+        # run alone (a filter): the tier's own install is still there
+        uninstall_leaves_nothing("uninstall-first")
+    t = time.monotonic()
+    helm("install", RELEASE, CHART, "--wait", "--timeout=300s", timeout=360)
+    t_install = time.monotonic() - t
+    objs = [d for d in yaml.safe_load_all(helm("get", "manifest", RELEASE).stdout) if d]
+    kinds = sorted({d["kind"] for d in objs})
+    check("DaemonSet" not in kinds, f"the no-values install has node-local workloads: {kinds}")
+    central = get("deployment", "cerbos-pdp", "pdp-central")
+    check(central and (central.get("status") or {}).get("readyReplicas") == 2,
+          f"the central Cerbos Deployment is not 2/2 ready after helm install --wait: {(central or {}).get('status')}")
+    svc_ip = get("service", "cerbos-pdp", "pdp-central")["spec"]["clusterIP"]
+    figure(f"  helm install --wait (no values): {t_install:.1f}s, {len(objs)} objects, central model "
+           f"(Deployment pdp-central/cerbos-pdp 2/2 ready, Service ClusterIP {svc_ip}), no DaemonSet")
+    # A namespace without any pdp-injector label: the Pod annotation opts in, `enabled` is the default model.
+    ns = namespace("novalues")
+    opt_in = {"pdp-injector.io/inject": "enabled"}
+    st = wait_injecting(ns, opt_in)
+    check(st.get("mode") == "central", f"`enabled` is not central with no values: {st}")
+    figure(f"  injecting {time.monotonic() - t:.1f}s after helm install")
+    kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"], opt_in))
+    rollout("deployment", "app", ns, 120)
+    pod = pod_of(ns, "app")
+    st = status_of(pod)
+    check(st and st.get("mode") == "central", f"the app is not injected in central mode: status {st}")
+    env = env_of(pod["spec"]["containers"][0])
+    check(env.get("CERBOS_PDP_ADDR") == CENTRAL_BY_NAME,
+          f"CERBOS_PDP_ADDR is not the central Service's name {CENTRAL_BY_NAME}: {env}")
+    first = logs(ns, pod["metadata"]["name"])
+    check("RESULT ok" in first, f"the app's first checks at start failed: {one_line(first, 800)}")
+    figure(f"  at start, first attempt: {lines(first, 'OK tcp')[0][3:]}")
+    p = kubectl("-n", ns, "exec", pod["metadata"]["name"], "-c", "app", "--", "/pdpclient", "resolve",
+                CENTRAL_BY_NAME.rsplit(":", 1)[0], check_rc=False, timeout=60)
+    resolved = lines(p.stdout, "RESOLVED ")
+    check(p.returncode == 0 and resolved and resolved[0].split()[2] == svc_ip,
+          f"the Service name does not resolve to {svc_ip} in the Pod: {one_line(p.stdout + p.stderr, 600)}")
+    figure(f"  in the Pod: {resolved[0][9:]}")
+    rc, out = exec_check(ns, pod["metadata"]["name"])
+    check(rc == 0, f"checks failed (exit {rc}): {one_line(out, 800)}")
+    check_client_output(out, ["tcp", "http"], ["socket", "sgrpc"])
+    uninstall_leaves_nothing("uninstall-novalues")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def cleanup():
+    kubectl("delete", "namespace", "-l", f"{RUN_LABEL}={RUN_ID}", "--wait=false", check_rc=False)
+
 
 
 def main():
