@@ -1021,6 +1021,103 @@ async fn with_no_instance_a_connection_waits_then_is_served() {
     front.shutdown().await;
 }
 
+/// A fake central PDP on loopback TCP: answers each line `x` with `central:x`.
+async fn start_central() -> (std::net::SocketAddr, JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let mut lines = BufReader::new(read).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if write
+                        .write_all(format!("central:{line}\n").as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_instance_connections_go_to_the_fallback_and_move_back_when_one_serves() {
+    let dir = TempDir::new("fallback");
+    let (central, _central) = start_central().await;
+    let front = proxy::start(NodeProxyFlags {
+        rebalance_interval: Duration::from_millis(20),
+        fallback: Some(central.to_string()),
+        fallback_http: Some(central.to_string()),
+        ..flags(&dir)
+    })
+    .await
+    .unwrap();
+    let started = Instant::now();
+    assert_eq!(ask_tcp(&front, "t").await.unwrap(), "central:t");
+    assert_eq!(ask_unix(&front, "u").await.unwrap(), "central:u");
+    // Served at once: the fallback is not a wait.
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut open = tcp(&front).await.unwrap();
+    assert_eq!(ask_on(&mut open, "one").await.unwrap(), "central:one");
+    // The node's PDP is back: the open connection is closed at a pause, new ones go to the instance.
+    let a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
+    assert_closed_soon(&mut open).await;
+    assert_eq!(ask_tcp(&front, "two").await.unwrap(), "a:two");
+    assert_eq!(ask_unix(&front, "three").await.unwrap(), "a:three");
+    let stats = front.stats();
+    assert_eq!(stats.instances["(fallback)"].forwarded, 3, "{stats:?}");
+    assert_eq!(stats.instances["pdp-a"].forwarded, 2, "{stats:?}");
+    assert_eq!(stats.waited, 0);
+    // Gone again: back to the fallback, without waiting.
+    a.exit().await;
+    let again = Instant::now();
+    assert_eq!(ask_tcp(&front, "four").await.unwrap(), "central:four");
+    assert!(
+        again.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        again.elapsed()
+    );
+    front.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_that_refuses_leaves_the_connection_waiting_for_an_instance() {
+    let dir = TempDir::new("fallback-refuses");
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let front = proxy::start(NodeProxyFlags {
+        fallback: Some(closed.to_string()),
+        ..flags(&dir)
+    })
+    .await
+    .unwrap();
+    let reply = tokio::spawn({
+        let mut conn = tcp(&front).await.unwrap();
+        async move { ask_on(&mut conn, "x").await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!reply.is_finished());
+    let _a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
+    assert_eq!(reply.await.unwrap().unwrap(), "a:x");
+    let stats = front.stats();
+    assert_eq!(stats.waited, 1);
+    assert!(stats.instances["(fallback)"].errors >= 1, "{stats:?}");
+    assert_eq!(stats.instances["(fallback)"].forwarded, 0, "{stats:?}");
+    front.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_wait_bound_the_connection_is_closed_and_counted() {
     let dir = TempDir::new("bound");
@@ -1228,6 +1325,8 @@ fn bad_flags_are_clear_errors() {
         (&["--max-tcp-connections", "0"], "0"),
         (&["--memory-budget", "lots"], "not a size"),
         (&["--bogus"], "unexpected argument"),
+        (&["--fallback", "cerbos.pdp-system.svc"], "is not host:port"),
+        (&["--fallback-http", "cerbos:0"], "is not host:port"),
     ] {
         let err = parse(args).unwrap_err().to_string();
         assert!(err.contains(says), "{args:?}: {err}");

@@ -62,8 +62,8 @@ HELM_VALUES = ["-f", CHART / "ci/mixed-values.yaml", "--set", f"pdp.central.clus
                # helm test: the tier's client (its `check`: allow + deny over every path the Pod is wired to)
                "--set", "tests.image=localhost/pdp-injector-node/pdpclient:dev",
                "--set-json", 'tests.command=["/pdpclient","check"]',
-               # A profile with the start-up gate for Pods without the CSI volume (the privileged hostPath here).
-               "--set-json", 'webhook.extraProfiles={"cerbos-gated":{"extends":"cerbos","awaitNode":true}}',
+               # While the node's PDP is away the front forwards to the central PDP; apps get its address too.
+               "--set", "pdp.nodeLocal.fallback=true",
                # flagd's gRPC sync from this project: the central source, a relay per node, the FeatureFlag CRD.
                "--set", "pdp.flagSync.enabled=true", "--set", "pdp.flagSync.installCRD=true"]
 HELM = None
@@ -613,14 +613,13 @@ def _(shared):
     ).stdout)["items"], POD_DELETION_S)
     wait_for("the stable socket gone", lambda: not STABLE_SOCKET.exists(), 30)
     ns = namespace("gate", {"pdp-injector.io/injection": "enabled", "pod-security.kubernetes.io/enforce": "restricted"})
-    # And a Pod without the CSI volume (a privileged namespace's hostPath) whose profile has awaitNode: held by
-    # its init container pdp-injector-await instead.
+    # And a Pod without the CSI volume (a privileged namespace's hostPath), with the default profile: held by
+    # its init container pdp-injector-await instead (the built-in cerbos profile's awaitNode).
     gated_ns = namespace("gated", {"pdp-injector.io/injection": "enabled",
                                    "pod-security.kubernetes.io/enforce": "privileged"})
     t_created = time.monotonic()
     kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"]))
-    kubectl("create", "-f", "-", input=client_deployment("app", gated_ns, ["check", "--sleep"],
-                                                         {"pdp-injector.io/profile": "cerbos-gated"}))
+    kubectl("create", "-f", "-", input=client_deployment("app", gated_ns, ["check", "--sleep"]))
 
     def held():
         p = pod_of(ns, "app")
@@ -662,7 +661,7 @@ def _(shared):
     gated_first = logs(gated_ns, gated["metadata"]["name"])
     check("RESULT ok" in gated_first, f"the gated app's first checks at start failed: {one_line(gated_first, 800)}")
     check_client_output(gated_first, ["tcp", "http", "socket"])
-    figure(f"  the gated Pod (hostPath, awaitNode) ready {t_gated - t_back:.1f}s after the front and PDP were "
+    figure(f"  the gated Pod (hostPath, the default gate) ready {t_gated - t_back:.1f}s after the front and PDP were "
            f"re-created; its first checks at start succeeded")
     # The plugin says it held this Pod's volume until the PDP answered (its gate), and for how long.
     plugin = json.loads(kubectl("-n", "pdp-node", "get", "pods", "-l", "app.kubernetes.io/name=pdp-csi-node",
@@ -838,6 +837,44 @@ def _(shared):
     for e in errors_seen(out, 160)[:6]:
         figure(f"    error seen: {e}")
     # A figure, not a bound: the case holds when both paths answered again after the restart.
+
+
+@case("front-and-pdp-deleted-under-continuous-checks-zero-failed-with-fallback")
+def _(shared):
+    # As after a node restart: the node's front and PDP Pods go together while an app checks every 100 ms over
+    # the node's gRPC and HTTP ports and its socket. With pdp.nodeLocal.fallback the front forwards to the
+    # central PDP while no instance answers, and the app (given CERBOS_PDP_FALLBACK_ADDR and
+    # CERBOS_PDP_FALLBACK_HTTP_ADDR) asks the central PDP while the front itself is away. Held to zero failed
+    # checks; the fallback must have answered some (else the outage was not one), and none once the node is back.
+    ns, pod, before = watch_client(shared)
+    env = env_of(pod_of(ns, "watch")["spec"]["containers"][0])
+    check(env.get("CERBOS_PDP_FALLBACK_ADDR") == f"{CENTRAL_IP}:3593" and
+          env.get("CERBOS_PDP_FALLBACK_HTTP_ADDR") == f"{CENTRAL_IP}:3592",
+          f"the app did not get the central PDP as its fallback: {env}")
+    since, restarts = time.monotonic(), client_restarts(ns, pod)
+    old = pdp_pod_names("pdp-node-front") | pdp_pod_names("cerbos-pdp")
+    t0 = time.monotonic()
+    kubectl("-n", "pdp-node", "delete", "pod", *sorted(old), "--wait=false")
+    wait_for("the front's and the PDP's old Pods gone",
+             lambda: not (old & (pdp_pod_names("pdp-node-front") | pdp_pod_names("cerbos-pdp"))), POD_DELETION_S)
+    rollout("daemonset", "pdp-node-front", "pdp-node", 120)
+    rollout("daemonset", "cerbos-pdp", "pdp-node", 120)
+    figure(f"  front and PDP Pods deleted and back (ready) in {time.monotonic() - t0:.1f}s")
+
+    wait_for("the new front forwarding to the node's new PDP instance", lambda: "newest PDP instance" in kubectl(
+        "-n", "pdp-node", "logs", "-l", "app.kubernetes.io/name=pdp-node-front", check_rc=False).stdout, 60, interval=1)
+    mid, _ = summaries(ns, pod)
+    after, _ = swap_failures(ns, pod, before, "front and PDP deleted", since, restarts)
+    used = {p: int(mid[p].get("fallback", 0)) - int(before[p].get("fallback", 0)) for p in WATCHED}
+    figure("  checks the app's fallback answered (the front away): " + ", ".join(f"{p} {n}" for p, n in used.items()))
+    front = kubectl("-n", "pdp-node", "logs", "-l", "app.kubernetes.io/name=pdp-node-front", check_rc=False).stdout
+    forwarded = front.count("forwarding to the fallback")
+    figure(f"  connections the new front sent to the fallback (no instance ready yet): {forwarded}")
+    check(sum(used.values()) + forwarded > 0, "no check went to the fallback: the outage did not happen as staged")
+    time.sleep(3)
+    later, _ = summaries(ns, pod)
+    still = {p: int(later[p].get("fallback", 0)) - int(after[p].get("fallback", 0)) for p in WATCHED}
+    check(not any(still.values()), f"the app still asks its fallback with the node back: {still}")
 
 
 # The paths the watch client checks: gRPC on the node's port 3593, HTTP on its port 3592, HTTP on its socket.

@@ -157,6 +157,9 @@ impl Group {
         flags.tls_cert = None;
         flags.tls_key = None;
         flags.tls_client_ca = None;
+        // The process's fallback is its default PDP's central Service, never another group's.
+        flags.fallback = None;
+        flags.fallback_http = None;
         flags
     }
 }

@@ -47,6 +47,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -310,6 +311,53 @@ type path struct {
 	check  func(id string) (map[string]string, error)
 }
 
+// fallbacks counts the checks a path's fallback answered (the central Service in CERBOS_PDP_FALLBACK_ADDR or
+// CERBOS_PDP_FALLBACK_HTTP_ADDR), per path.
+var fallbacks sync.Map
+
+// withFallback asks the fallback address when the node's path fails, as an app given the fallback variable
+// would: one more try, on the central Service, within the same check.
+func withFallback(name string, primary, fallback func(id string) (map[string]string, error)) func(id string) (map[string]string, error) {
+	if fallback == nil {
+		return primary
+	}
+	n, _ := fallbacks.LoadOrStore(name, new(int64))
+	return func(id string) (map[string]string, error) {
+		got, err := primary(id)
+		if err == nil {
+			return got, nil
+		}
+		got, ferr := fallback(id + "-fallback")
+		if ferr != nil {
+			return nil, fmt.Errorf("%v; fallback: %v", err, ferr)
+		}
+		atomic.AddInt64(n.(*int64), 1)
+		return got, nil
+	}
+}
+
+func fallbackCount(name string) int64 {
+	n, ok := fallbacks.Load(name)
+	if !ok {
+		return 0
+	}
+	return atomic.LoadInt64(n.(*int64))
+}
+
+// httpFallback is a check against CERBOS_PDP_FALLBACK_HTTP_ADDR (plaintext, in the cluster), or nil.
+func httpFallback() func(id string) (map[string]string, error) {
+	addr := os.Getenv("CERBOS_PDP_FALLBACK_HTTP_ADDR")
+	if addr == "" {
+		return nil
+	}
+	d := tcpDialer(addr)
+	hc := &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext:     func(ctx context.Context, _, _ string) (net.Conn, error) { return d(ctx) },
+		IdleConnTimeout: 30 * time.Second,
+	}}
+	return func(id string) (map[string]string, error) { return httpCheck(hc, id) }
+}
+
 func wiredPaths(grpcOnSocket bool) []path {
 	var ps []path
 	if addr := os.Getenv("CERBOS_PDP_ADDR"); addr != "" {
@@ -320,7 +368,12 @@ func wiredPaths(grpcOnSocket bool) []path {
 			target = "tls://" + addr
 		}
 		c := h2c(dial)
-		ps = append(ps, path{"tcp", target, func(id string) (map[string]string, error) { return grpcCheck(c, id) }})
+		var fallback func(id string) (map[string]string, error)
+		if fb := os.Getenv("CERBOS_PDP_FALLBACK_ADDR"); fb != "" {
+			fc := h2c(tcpDialer(fb))
+			fallback = func(id string) (map[string]string, error) { return grpcCheck(fc, id) }
+		}
+		ps = append(ps, path{"tcp", target, withFallback("tcp", func(id string) (map[string]string, error) { return grpcCheck(c, id) }, fallback)})
 	}
 	if addr := os.Getenv("CERBOS_PDP_HTTP_ADDR"); addr != "" {
 		dial, target := tcpDialer(addr), addr
@@ -334,7 +387,7 @@ func wiredPaths(grpcOnSocket bool) []path {
 			DialContext:     func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 			IdleConnTimeout: 30 * time.Second,
 		}}
-		ps = append(ps, path{"http", target, func(id string) (map[string]string, error) { return httpCheck(hc, id) }})
+		ps = append(ps, path{"http", target, withFallback("http", func(id string) (map[string]string, error) { return httpCheck(hc, id) }, httpFallback())})
 	}
 	if sock := os.Getenv("CERBOS_PDP_SOCKET"); sock != "" {
 		d := unixDialer(sock)
@@ -342,7 +395,7 @@ func wiredPaths(grpcOnSocket bool) []path {
 			DialContext:     func(ctx context.Context, _, _ string) (net.Conn, error) { return d(ctx) },
 			IdleConnTimeout: 30 * time.Second,
 		}}
-		ps = append(ps, path{"socket", sock, func(id string) (map[string]string, error) { return httpCheck(hc, id) }})
+		ps = append(ps, path{"socket", sock, withFallback("socket", func(id string) (map[string]string, error) { return httpCheck(hc, id) }, httpFallback())})
 		if grpcOnSocket {
 			gc := h2c(d)
 			ps = append(ps, path{"sgrpc", sock, func(id string) (map[string]string, error) { return grpcCheck(gc, id) }})
@@ -482,8 +535,8 @@ func cmdWatch(args []string) int {
 			if !st.failingSince.IsZero() {
 				cur = time.Since(st.failingSince).Milliseconds()
 			}
-			fmt.Printf("summary %s ok=%d fail=%d longest_gap_ms=%d current_gap_ms=%d target=%s\n",
-				p.name, st.ok, st.fail, st.longestGap.Milliseconds(), cur, p.target)
+			fmt.Printf("summary %s ok=%d fail=%d longest_gap_ms=%d current_gap_ms=%d fallback=%d target=%s\n",
+				p.name, st.ok, st.fail, st.longestGap.Milliseconds(), cur, fallbackCount(p.name), p.target)
 			st.Unlock()
 		}
 	}

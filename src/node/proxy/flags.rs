@@ -134,6 +134,22 @@ pub struct NodeProxyFlags {
     /// Bound on a TLS handshake: a client that has not finished it by then is closed (and gives back its place).
     #[arg(long, env = "PDP_NODE_PROXY_TLS_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = duration_flag)]
     pub tls_handshake_timeout: Duration,
+    /// `host:port` that gRPC-port connections go to, plaintext, while no PDP instance on the node is ready (the central Service); they move back when one is.
+    #[arg(long, env = "PDP_NODE_PROXY_FALLBACK", value_parser = fallback_flag)]
+    pub fallback: Option<String>,
+    /// `host:port` that HTTP-port and stable-socket connections go to while no instance is ready (the central Service's HTTP port, which serves gRPC too).
+    #[arg(long, env = "PDP_NODE_PROXY_FALLBACK_HTTP", value_parser = fallback_flag)]
+    pub fallback_http: Option<String>,
+}
+
+/// A fallback address: `host:port`, with a port.
+fn fallback_flag(text: &str) -> Result<String, String> {
+    match text.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0) => {
+            Ok(text.to_string())
+        }
+        _ => Err(format!("{text:?} is not host:port")),
+    }
 }
 
 /// The port of the default TCP address (Cerbos's gRPC port).

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tokio_util::either::Either;
 use tracing::{debug, info, warn};
 
 use super::graceful::{self, Frames, Wire};
@@ -31,8 +33,20 @@ pub(super) async fn serve<S>(
     let mut phase = shared.phase.subscribe();
     let mut waited = false;
     let (name, backend) = loop {
-        if let Some(found) = connect_newest(&route, &shared).await {
-            break found;
+        if let Some((name, stream)) = connect_newest(&route, &shared).await {
+            let (r, w) = stream.into_split();
+            break (name, (Either::Left(r), Either::Left(w)));
+        }
+        if let Some(stream) = connect_fallback(&route, &shared).await {
+            shared.instance(FALLBACK, |c| c.forwarded += 1);
+            info!(
+                route = route.kind,
+                peer,
+                fallback = route.fallback.as_deref().unwrap_or_default(),
+                "no PDP instance ready: forwarding to the fallback"
+            );
+            let (r, w) = stream.into_split();
+            break (FALLBACK.to_string(), (Either::Right(r), Either::Right(w)));
         }
         let now = Instant::now();
         if now >= deadline {
@@ -63,7 +77,9 @@ pub(super) async fn serve<S>(
             _ = slot.conn.taken() => return,
         }
     };
-    shared.instance(&name, |c| c.forwarded += 1);
+    if name != FALLBACK {
+        shared.instance(&name, |c| c.forwarded += 1);
+    }
     if waited {
         info!(
             route = route.kind,
@@ -85,7 +101,7 @@ pub(super) async fn serve<S>(
         to_tell.send_replace(Some(why));
     };
     let (client_r, client_w) = tokio::io::split(client);
-    let (backend_r, backend_w) = backend.into_split();
+    let (backend_r, backend_w) = backend;
     let up = pipe(
         Tracked::new(client_r, Activity::UP, activity).watching(&wire),
         backend_w,
@@ -179,6 +195,34 @@ pub(super) async fn serve<S>(
         Err(e) => {
             shared.instance(&name, |c| c.errors += 1);
             debug!(route = route.kind, peer, instance = name, error = %e, "connection ended with an error");
+        }
+    }
+}
+
+/// The instance name under which connections to the fallback are counted; no Pod has this name.
+pub(super) const FALLBACK: &str = "(fallback)";
+
+/// A connection to the route's fallback, when it has one and it accepts within the connect bound.
+async fn connect_fallback(route: &Route, shared: &Shared) -> Option<TcpStream> {
+    let address = route.fallback.as_deref()?;
+    match tokio::time::timeout(shared.connect_timeout, TcpStream::connect(address)).await {
+        Ok(Ok(stream)) => {
+            let _ = stream.set_nodelay(true);
+            Some(stream)
+        }
+        Ok(Err(e)) => {
+            shared.instance(FALLBACK, |c| c.errors += 1);
+            warn!(route = route.kind, fallback = address, error = %e, "the fallback refused");
+            None
+        }
+        Err(_) => {
+            shared.instance(FALLBACK, |c| c.errors += 1);
+            warn!(
+                route = route.kind,
+                fallback = address,
+                "the fallback did not accept in time"
+            );
+            None
         }
     }
 }

@@ -64,6 +64,8 @@ struct Route {
     newest: watch::Sender<Option<String>>,
     /// TLS terminated before forwarding (the TCP routes, when configured).
     tls: Option<Arc<FrontTls>>,
+    /// `host:port` its connections go to while no instance is ready (`--fallback`, `--fallback-http`).
+    fallback: Option<String>,
     /// The places of its connections (both TCP ports share one bound: they share the memory budget and the
     /// per-peer bound).
     slots: Arc<Slots>,
@@ -282,6 +284,7 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
         suffix: flags.tcp_backend.clone(),
         newest: watch::Sender::new(None),
         tls: grpc_tls,
+        fallback: flags.fallback.clone(),
         slots: tcp_slots.clone(),
     });
     let mut routes = vec![tcp_route.clone()];
@@ -299,6 +302,7 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
             suffix: flags.socket_backend.clone(),
             newest: watch::Sender::new(None),
             tls: http_tls,
+            fallback: flags.fallback_http.clone(),
             slots: tcp_slots,
         });
         routes.push(route.clone());
@@ -317,6 +321,7 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
             suffix: flags.socket_backend.clone(),
             newest: watch::Sender::new(None),
             tls: None,
+            fallback: flags.fallback_http.clone(),
             slots: Slots::new(bounds.socket, None),
         });
         routes.push(route.clone());

@@ -108,8 +108,8 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// The Pod without what `status` says the injector added (status annotation, PDP container, its volumes and
-/// their mounts). Environment variables stay: the app may have set the same names itself (`env_kept`), and the
+/// The Pod without what `status` says the injector added (status annotation, PDP container, start-up gate, its
+/// volumes and their mounts). Environment variables stay: the app may have set the same names itself (`env_kept`), and the
 /// core leaves identical variables alone when it renders again.
 pub fn unwire(pod: &Pod, status: &Status) -> Pod {
     let mut out = pod.clone();
@@ -124,6 +124,9 @@ pub fn unwire(pod: &Pod, status: &Status) -> Pod {
         if let Some(inits) = spec.init_containers.as_mut() {
             inits.retain(|c| &c.name != sidecar);
         }
+    }
+    if let (Some(gate), Some(inits)) = (&status.gate, spec.init_containers.as_mut()) {
+        inits.retain(|c| &c.name != gate);
     }
     let ours = |name: &str| status.volumes.iter().any(|v| v == name);
     // A classic sidecar's helper comes with its volume, and its watch container with the state volume.

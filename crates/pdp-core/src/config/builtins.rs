@@ -84,6 +84,8 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
             tls_server_name: None,
             tls_cert: None,
             tls_key: None,
+            fallback_address: Some("CERBOS_PDP_FALLBACK_ADDR".into()),
+            fallback_http_address: Some("CERBOS_PDP_FALLBACK_HTTP_ADDR".into()),
         },
         host_field: HostField::HostIp,
         socket: SocketSpec {
@@ -105,7 +107,8 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
         host_socket: true,
         tls: None,
         csi_profile: None,
-        await_node: false,
+        await_node: true,
+        fallback: false,
         tls_env_defaults: Some(TlsEnvNames {
             flag: "CERBOS_PDP_TLS".into(),
             ca: "CERBOS_PDP_TLS_CA".into(),
@@ -155,6 +158,8 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
             tls_server_name: None,
             tls_cert: None,
             tls_key: None,
+            fallback_address: None,
+            fallback_http_address: None,
         },
         host_field: HostField::HostIp,
         socket: SocketSpec {
@@ -177,6 +182,7 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
         tls: None,
         csi_profile: None,
         await_node: false,
+        fallback: false,
         // The names flagd's OpenFeature providers read (FLAGD_TLS, FLAGD_SERVER_CERT_PATH), and the same
         // prefix for the rest.
         tls_env_defaults: Some(TlsEnvNames {

@@ -177,6 +177,13 @@ pub struct EnvNames {
     /// With `tls.clientCertificate`: the path of the app's client key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_key: Option<String>,
+    /// With the profile's `fallback`: `host:port` of the central Service, for a client to dial when its node's
+    /// address refuses (Cerbos `CERBOS_PDP_FALLBACK_ADDR`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_address: Option<String>,
+    /// With `fallback` and `httpPort`: the central Service's HTTP `host:port` (`CERBOS_PDP_FALLBACK_HTTP_ADDR`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_http_address: Option<String>,
 }
 
 /// The names of the TLS variables, resolved: what `envNames` sets, else the built-in profile's names.

@@ -122,10 +122,13 @@ profile_and_overlay! {
         pub csi_profile: Option<String>,
         /// Daemonset mode, Pods whose socket does not come by CSI (TCP only, or a hostPath): an init container
         /// first in the Pod holds the app until its node's PDP answers `health` on the node (which needs
-        /// `health.port` to be `httpPort`, the port the node's front serves). Opt-in: it costs every such Pod
-        /// one small container. Serialized only when set, so hashes stay put.
+        /// `health.port` to be `httpPort`, the port the node's front serves). On in the built-in `cerbos`.
         #[serde(default, skip_serializing_if = "is_false")]
         pub await_node: bool,
+        /// Daemonset mode: app containers also get the central Service's address (`central.address`) in
+        /// `envNames.fallbackAddress`, for a client to dial when its node's front refuses. Serialized when set.
+        #[serde(default, skip_serializing_if = "is_false")]
+        pub fallback: bool,
     }
     extra {
         /// The TLS variable names of the built-in profile this one descends from, used where `envNames` sets
@@ -225,6 +228,7 @@ fn new_profile(name: &str, o: &ProfileFile) -> Result<Profile, ConfigError> {
         tls: None,
         csi_profile: None,
         await_node: false,
+        fallback: false,
         tls_env_defaults: None,
     })
 }

@@ -526,7 +526,7 @@ fn host_socket_defaults_on_and_leaves_the_hash_alone() {
     assert!(Config::builtin().profiles["flagd"].host_socket);
     assert!(!c.profiles["mine"].host_socket);
     // Unset appEnv and hostSocket are left out of the hashed config: the built-in hash is what the docs show.
-    assert_eq!(Config::builtin().hash, "1872fc41895c");
+    assert_eq!(Config::builtin().hash, "6446260474c4");
 }
 
 fn with_tls(profile: &str, tls: &str) -> Result<Config, ConfigError> {
@@ -589,20 +589,20 @@ fn tls_defaults_its_mount_path_and_names_per_builtin() {
 #[test]
 fn tls_and_node_address_family_leave_other_configs_hash_alone() {
     // The built-in TLS names are code, not config: the built-in hash is unchanged (the docs show it).
-    assert_eq!(Config::builtin().hash, "1872fc41895c");
+    assert_eq!(Config::builtin().hash, "6446260474c4");
     assert_eq!(
         Config::from_yaml("nodeAddressFamily: IPv4\n").unwrap().hash,
-        "1872fc41895c"
+        "6446260474c4"
     );
     let v6 = Config::from_yaml("nodeAddressFamily: IPv6\n").unwrap();
     assert_eq!(v6.node_address_family, NodeAddressFamily::IPv6);
-    assert_ne!(v6.hash, "1872fc41895c");
+    assert_ne!(v6.hash, "6446260474c4");
     let tls = with_tls(
         "cerbos",
         "      secretName: s\n      serverName: pdp.example\n",
     )
     .unwrap();
-    assert_ne!(tls.hash, "1872fc41895c");
+    assert_ne!(tls.hash, "6446260474c4");
     let e = Config::from_yaml("nodeAddressFamily: ipv6\n")
         .unwrap_err()
         .to_string();
@@ -803,10 +803,11 @@ fn the_socket_comes_by_csi_where_the_setting_and_the_driver_say_so() {
 }
 
 #[test]
-fn await_node_needs_the_health_check_on_the_http_port_the_front_serves() {
-    let c = Config::from_yaml("profiles:\n  cerbos:\n    awaitNode: true\n").unwrap();
-    assert!(c.profiles["cerbos"].await_node);
-    assert!(!Config::builtin().profiles["cerbos"].await_node);
+fn await_node_is_on_for_cerbos_and_needs_the_health_check_on_the_http_port_the_front_serves() {
+    assert!(Config::builtin().profiles["cerbos"].await_node);
+    assert!(!Config::builtin().profiles["flagd"].await_node);
+    let c = Config::from_yaml("profiles:\n  cerbos:\n    awaitNode: false\n").unwrap();
+    assert!(!c.profiles["cerbos"].await_node);
     // flagd's health check is on its management port 8014, which no node front serves.
     let e = Config::from_yaml("profiles:\n  flagd:\n    awaitNode: true\n")
         .unwrap_err()
@@ -824,13 +825,27 @@ fn await_node_needs_the_health_check_on_the_http_port_the_front_serves() {
         e.contains("health.port (3593) to be httpPort (3592)"),
         "{e}"
     );
-    // Unset, the field is left out of the hash: configs written before it keep theirs.
-    assert_eq!(
-        Config::from_yaml("profiles:\n  cerbos:\n    awaitNode: false\n")
-            .unwrap()
-            .hash,
-        Config::builtin().hash
-    );
+    // Turning the gate off is a change of wiring: the hash says so.
+    assert_ne!(c.hash, Config::builtin().hash);
+}
+
+#[test]
+fn fallback_needs_the_central_service_and_the_variable_that_carries_it() {
+    let e = Config::from_yaml("profiles:\n  cerbos:\n    fallback: true\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("fallback needs central.address"), "{e}");
+    let e = Config::from_yaml(
+        "profiles:\n  flagd:\n    fallback: true\n    central: {address: flagd.pdp-system.svc:8013}\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("envNames.fallbackAddress"), "{e}");
+    let c = Config::from_yaml(
+        "profiles:\n  cerbos:\n    fallback: true\n    central: {address: cerbos.pdp-system.svc:3593}\n",
+    )
+    .unwrap();
+    assert!(c.profiles["cerbos"].fallback);
 }
 
 #[test]

@@ -94,6 +94,13 @@ pub(super) fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigErro
             p.health.path
         ));
     }
+    if p.fallback && (p.central.is_none() || p.env_names.fallback_address.is_none()) {
+        return bad(
+            "fallback needs central.address (the Service to fall back to) and envNames.fallbackAddress (the \
+             variable that carries it)"
+                .to_string(),
+        );
+    }
     if let Some(c) = &p.central {
         c.host_port()
             .map_err(|e| ConfigError::Invalid(format!("profile {name:?}: central.address {e}")))?;

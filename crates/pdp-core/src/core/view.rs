@@ -178,6 +178,9 @@ pub struct ContainerView<'a> {
     /// `name`.
     #[serde(borrow, default)]
     pub name: Str<'a>,
+    /// `command`, unparsed: read only to tell the injector's own gate container from another of its name.
+    #[serde(borrow, default)]
+    pub command: Option<&'a RawValue>,
     /// `env`, unparsed until the Pod is wired.
     #[serde(borrow, default)]
     pub env: Option<&'a RawValue>,
@@ -569,6 +572,7 @@ fn reborrow<'s>(s: &'s Str<'_>) -> Str<'s> {
 fn reborrow_container<'s>(c: &'s ContainerView<'_>) -> ContainerView<'s> {
     ContainerView {
         name: reborrow(&c.name),
+        command: c.command,
         env: c.env,
         volume_mounts: c.volume_mounts,
         added_env: c.added_env.clone(),

@@ -64,6 +64,17 @@ pub fn app_env(profile: &Profile, wiring: Wiring) -> Vec<EnvVar> {
         if with_socket {
             env.push(value(&names.socket, profile.socket.path()));
         }
+        if mode == Mode::Daemonset
+            && profile.fallback
+            && let (Some(central), Some(var)) = (&profile.central, &names.fallback_address)
+        {
+            env.push(value(var, central.address.clone()));
+            if let (Some(var), Some(http_port), true) =
+                (&names.fallback_http_address, profile.http_port, wiring.http)
+            {
+                env.push(value(var, central.http_address(http_port)));
+            }
+        }
     }
     if wiring.tls
         && mode != Mode::Sidecar

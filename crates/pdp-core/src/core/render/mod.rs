@@ -150,14 +150,18 @@ pub fn render(
         &warnings,
     );
     let mut gate_ops = PatchBuilder::new(form);
-    if let Some(gate) = gate {
-        status.gate = Some(gate.name.clone());
-        // First: the app's own init containers may call the PDP too.
-        let list = pointer(["spec", "initContainers"]);
-        match spec.init_containers.as_ref().map(Vec::len) {
-            Some(n) if n > 0 => gate_ops.insert(&list, 0, &gate),
-            n => gate_ops.extend(list, n, &[gate]),
+    match gate {
+        Some(Gate::Add(gate)) => {
+            status.gate = Some(gate.name.clone());
+            // First: the app's own init containers may call the PDP too.
+            let list = pointer(["spec", "initContainers"]);
+            match spec.init_containers.as_ref().map(Vec::len) {
+                Some(n) if n > 0 => gate_ops.insert(&list, 0, &gate),
+                n => gate_ops.extend(list, n, &[gate]),
+            }
         }
+        Some(Gate::Present) => status.gate = Some(INIT_AWAIT.into()),
+        None => {}
     }
 
     let mut patch = PatchBuilder::new(form);
@@ -267,27 +271,16 @@ fn gate_container(
     profile: &Profile,
     config: &Config,
     by_csi: bool,
-) -> Result<Option<Container>, Denial> {
+) -> Result<Option<Gate>, Denial> {
     if plan.mode != Mode::Daemonset || plan.previous.is_some() || !profile.await_node || by_csi {
         return Ok(None);
-    }
-    if pod
-        .init_containers()
-        .iter()
-        .chain(pod.containers())
-        .any(|c| c.name.as_str() == INIT_AWAIT)
-    {
-        return Err(collision(format!(
-            "the Pod already has a container named {INIT_AWAIT:?}, which pdp-injector adds to hold the app \
-             until its node's PDP answers (the profile's awaitNode): rename that container"
-        )));
     }
     let target = format!(
         "{}{}",
         node_address(profile, config.node_address_family, profile.health.port),
         profile.health.path
     );
-    Ok(Some(Container {
+    let gate = Container {
         env: Some(vec![node_host_var(profile)]),
         // Bounded: past it the container fails and the kubelet starts it again after its back-off (a Pod that
         // never restarts fails instead of starting without its PDP).
@@ -303,7 +296,34 @@ fn gate_container(
                 "300s".into(),
             ],
         )
-    }))
+    };
+    let mut same_name = pod
+        .init_containers()
+        .iter()
+        .chain(pod.containers())
+        .filter(|c| c.name.as_str() == INIT_AWAIT);
+    match same_name.next() {
+        None => Ok(Some(Gate::Add(gate))),
+        // The gate of an earlier wiring whose status was not believed: kept, and recorded again.
+        Some(c)
+            if pod.init_containers().iter().any(|i| std::ptr::eq(i, c))
+                && c.command
+                    .and_then(|raw| serde_json::from_str::<Vec<String>>(raw.get()).ok())
+                    == gate.command =>
+        {
+            Ok(Some(Gate::Present))
+        }
+        Some(_) => Err(collision(format!(
+            "the Pod already has a container named {INIT_AWAIT:?}, which pdp-injector adds to hold the app \
+             until its node's PDP answers (the profile's awaitNode): rename that container"
+        ))),
+    }
+}
+
+/// The start-up gate a pass gives: added, or already there from an earlier wiring.
+enum Gate {
+    Add(Container),
+    Present,
 }
 
 /// The PDP container a first sidecar-mode pass adds, with what its classic form needs besides.

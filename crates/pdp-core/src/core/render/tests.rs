@@ -171,6 +171,34 @@ fn tls_variables_only_on_the_tcp_path() {
     );
 }
 
+#[test]
+fn fallback_gives_the_central_addresses_in_daemonset_mode_only() {
+    let config = Config::from_yaml(
+        "profiles:\n  cerbos:\n    fallback: true\n    central: {address: \"cerbos.pdp-system.svc:3593\"}\n",
+    )
+    .unwrap();
+    let p = &config.profiles["cerbos"];
+    let env = names_and_values(&app_env(p, Wiring::of(p, Mode::Daemonset, true)));
+    let get = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    assert_eq!(
+        get("CERBOS_PDP_FALLBACK_ADDR"),
+        Some("cerbos.pdp-system.svc:3593")
+    );
+    assert_eq!(
+        get("CERBOS_PDP_FALLBACK_HTTP_ADDR"),
+        Some("cerbos.pdp-system.svc:3592")
+    );
+    assert_eq!(get("CERBOS_PDP_ADDR"), Some("$(CERBOS_PDP_HOST):3593"));
+    for mode in [Mode::Sidecar, Mode::Central] {
+        let env = app_env(p, Wiring::of(p, mode, false));
+        assert!(env.iter().all(|e| !e.name.contains("FALLBACK")), "{mode}");
+    }
+    // Without `fallback` the variables are never given.
+    let plain = &Config::builtin().profiles["cerbos"];
+    let env = app_env(plain, Wiring::of(plain, Mode::Daemonset, true));
+    assert!(env.iter().all(|e| !e.name.contains("FALLBACK")));
+}
+
 /// Injects `pod` in sidecar mode with the classic form (an apiserver before 1.29).
 fn classic(pod: serde_json::Value) -> Result<serde_json::Value, Denial> {
     use crate::core::{NamespaceInfo, Outcome, inject_json};
