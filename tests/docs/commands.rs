@@ -1,5 +1,6 @@
-//! Commands that run here: the README's quick start (`serve` + curl) and offline example, the log query, the
-//! config-hash and un-injected Pods queries (kubectl replaced by a stub that prints canned cluster output).
+//! Commands that run here: the quick start of CONTRIBUTING.md (`serve` + curl) and its offline example, the
+//! log query, the config-hash and un-injected Pods queries (kubectl replaced by a stub that prints canned
+//! cluster output).
 
 use std::fs;
 use std::net::TcpStream;
@@ -52,18 +53,18 @@ fn sh_block(file: &str, needle: &str) -> String {
 }
 
 #[test]
-fn readme_quick_start_and_log_query_run() {
+fn quick_start_and_log_query_run() {
     if !have("curl") || !have("python3") {
-        cannot_run("the README quick start needs curl and python3");
+        cannot_run("the quick start (CONTRIBUTING.md) needs curl and python3");
         return;
     }
-    let readme = read("README.md");
-    assert!(readme.contains("cargo run -- serve --listen 127.0.0.1:8443"));
-    assert!(readme.contains("cargo test"));
+    let guide = read("CONTRIBUTING.md");
+    assert!(guide.contains("cargo run -- serve --listen 127.0.0.1:8443"));
+    assert!(guide.contains("cargo test"));
     let tmp = TempDir::new("quick-start");
     let port = free_port();
     let log = tmp.path().join("serve.log");
-    // The README's command, on a free port, with the CA in a private directory and no cluster lookup.
+    // The quick start's command, on a free port, with the CA in a private directory and no cluster lookup.
     let _server = Running(
         Command::new(BIN)
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
@@ -85,7 +86,7 @@ fn readme_quick_start_and_log_query_run() {
     });
 
     let block = sh_block(
-        "README.md",
+        "CONTRIBUTING.md",
         "tests/fixtures/admissionreview-v1-pod-create.json",
     );
     assert!(
@@ -106,7 +107,7 @@ fn readme_quick_start_and_log_query_run() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "README quick start failed:\n{stdout}\n{}",
+        "CONTRIBUTING.md quick start failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
@@ -115,8 +116,8 @@ fn readme_quick_start_and_log_query_run() {
     );
     assert!(stdout.contains("CERBOS_PDP_ADDR"), "{stdout}");
 
-    // The README's offline example.
-    assert!(readme.contains("cargo run -- inject -f examples/deployment.yaml"));
+    // The quick start's offline example.
+    assert!(guide.contains("cargo run -- inject -f examples/deployment.yaml"));
     let out = Command::new(BIN)
         .current_dir(root())
         .args(["inject", "-f", "examples/deployment.yaml"])

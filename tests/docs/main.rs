@@ -1,5 +1,5 @@
-//! The users' guide (README.md and docs/*.md) checked against the code, so that it cannot drift. One module per
-//! concern:
+//! The users' guide (README.md, docs/*.md and CONTRIBUTING.md) checked against the code, so that it cannot
+//! drift. One module per concern:
 //!
 //! - `examples`: every `docs/examples/<name>.in.yaml` goes through the offline injector (the library, and the
 //!   `pdp-injector inject` binary with the flags in `<name>.args`): stdout must equal `<name>.out.yaml` (absent
@@ -15,7 +15,7 @@
 //!   paths and ports in the docs and snippets are the ones the injector renders and the manifests serve; links
 //!   and repository paths in the Markdown exist.
 //! - `metrics`: metric names and alert-rule matchers in the docs exist; the scrape job matches the Deployment.
-//! - `commands`: the README's quick start (`serve` + curl) and the log and kubectl/jq snippets run for real
+//! - `commands`: the quick start of CONTRIBUTING.md (`serve` + curl) and the log and kubectl/jq snippets run for real
 //!   (kubectl replaced by a stub that prints canned cluster output).
 //! - `snippets`: with `PDP_DOCS_CERBOS=/path/to/cerbos` (scripts/docs-snippets.sh sets it up), the app snippets
 //!   of docs/apps.md run against a real Cerbos started as the DaemonSet and as the sidecar run it, with the

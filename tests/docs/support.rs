@@ -26,7 +26,7 @@ pub fn updating() -> bool {
 
 pub use crate::common::skip::{self, cannot_run};
 
-/// The Markdown files of the guide, relative to the repository root.
+/// The Markdown files of the guide (README.md, docs/*.md, CONTRIBUTING.md), relative to the repository root.
 pub fn markdown_files() -> Vec<String> {
     let mut files = vec!["README.md".to_string()];
     let mut docs: Vec<String> = fs::read_dir(root().join("docs"))
@@ -37,6 +37,7 @@ pub fn markdown_files() -> Vec<String> {
         .collect();
     docs.sort();
     files.extend(docs);
+    files.push("CONTRIBUTING.md".to_string());
     files
 }
 
