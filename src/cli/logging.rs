@@ -3,7 +3,7 @@
 //!
 //! Every admission review logs one line in the `admission` span (README, docs/operations.md). With the stock
 //! formatters that line cost about 7 us of CPU a request in text and 20 us in JSON, the format the manifests
-//! install (BENCHMARKS.md, issue 31): the text visitor quotes each string through `Debug` one character at a
+//! install (BENCHMARKS.md, "The log line"): the text visitor quotes each string through `Debug` one character at a
 //! time, and the JSON formatter stores a span's fields as JSON text, parses that text back into a map at every
 //! event, twice (`span` and `spans`), and re-encodes it.
 //!
