@@ -5,9 +5,11 @@ table is the one scripts/chart_readme.py writes. Run by .ci/run (unittest; pytes
 
     python3 -m unittest discover -s scripts -p 'test_chart.py'
 
-Needs PyYAML (scripts/helm-check.sh installs it) and helm, fetched and verified by scripts/helm_check.py.
+Needs PyYAML (scripts/helm-check.sh installs it), helm (fetched and verified by scripts/helm_check.py) and
+promtool (Debian's package prometheus, fetched by apt-get download and cached next to helm; PROMTOOL overrides).
 """
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -25,6 +27,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import chart_readme  # noqa: E402
 import helm_check  # noqa: E402
 
+ALERT_TESTS = REPO / "scripts/test_chart_alerts.yaml"
 MODELS = ("central", "daemonset", "sidecar")
 MONITORING_API = ("monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PrometheusRule")
 SM_ON = ("metrics.serviceMonitor.enabled=true",)
@@ -249,10 +252,54 @@ class PrometheusRules(unittest.TestCase):
                    and selects(sm["spec"]["selector"]["matchLabels"], s["metadata"].get("labels"))}
         self.assertEqual(jobs, scraped)
 
+    def test_each_alert_fires_when_it_should_under_promtool(self):
+        _, pr = self.rule("pdp.model=central", *SM_ON, *PR_ON, *FLAG_SYNC, "metrics.serviceMonitor.interval=1m",
+                          "metrics.serviceMonitor.labels.release=prometheus",
+                          "metrics.prometheusRule.labels.release=prometheus")
+        tests = yaml.safe_load(ALERT_TESTS.read_text())
+        tested = {t["alertname"] for case in tests["tests"] for t in case["alert_rule_test"]}
+        self.assertEqual(tested, {r["alert"] for g in pr["spec"]["groups"] for r in g["rules"]},
+                         f"{ALERT_TESTS.name} tests every alert of the rule, and only those")
+        tool = promtool()
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "rules.yaml").write_text(yaml.safe_dump(pr["spec"]))
+            shutil.copy(ALERT_TESTS, Path(tmp) / ALERT_TESTS.name)
+            for cmd in (["check", "rules", "rules.yaml"], ["test", "rules", ALERT_TESTS.name]):
+                p = subprocess.run([str(tool), *cmd], cwd=tmp, capture_output=True, text=True)
+                self.assertEqual(p.returncode, 0, f"promtool {' '.join(cmd)}: {(p.stdout + p.stderr).strip()[-1500:]}")
+
     def test_refused_without_the_api_unless_the_check_is_skipped(self):
         err = refused(*PR_ON)
         self.assertIn("metrics.prometheusRule.enabled needs the API monitoring.coreos.com/v1/PrometheusRule", err)
         named(render(*PR_ON, "metrics.prometheusRule.skipCapabilityCheck=true"), "PrometheusRule", "pdp-injector")
+
+
+def promtool():
+    """Prometheus' promtool: $PROMTOOL, on the PATH, or from Debian's prometheus package (apt-get download checks
+    its signature), unpacked once into the cache scripts/helm_check.py keeps helm in."""
+    if os.environ.get("PROMTOOL"):
+        return Path(os.environ["PROMTOOL"])
+    if shutil.which("promtool"):
+        return Path(shutil.which("promtool"))
+    policy = subprocess.run(["apt-cache", "policy", "prometheus"], capture_output=True, text=True).stdout
+    version = re.search(r"Candidate: (\S+)", policy)
+    if not version or version.group(1) == "(none)":
+        raise AssertionError(f"no promtool: set PROMTOOL, or let apt find the package prometheus ({policy.strip()!r})")
+    target = helm_check.CACHE / f"promtool-{version.group(1)}" / "promtool"
+    if target.exists():
+        return target
+    with tempfile.TemporaryDirectory() as tmp:
+        p = subprocess.run(["apt-get", "download", f"prometheus={version.group(1)}"], cwd=tmp,
+                           capture_output=True, text=True)
+        debs = list(Path(tmp).glob("prometheus_*.deb"))
+        if p.returncode != 0 or not debs:
+            raise AssertionError(f"apt-get download prometheus: {p.stderr.strip()[-400:]}")
+        subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(Path(tmp) / "x")], check=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_suffix(".part")
+        shutil.copy(Path(tmp) / "x/usr/bin/promtool", part)
+        part.rename(target)
+    return target
 
 
 def exported_metrics():
