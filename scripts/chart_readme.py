@@ -4,7 +4,8 @@ values.yaml (the defaults, as written there). Standard library only.
 
     scripts/chart_readme.py           writes the table between the README's markers
     scripts/chart_readme.py --check   fails (exit 1) when the README's table differs from what it would write,
-                                      or a value of values.yaml has no description in the schema (.ci/run)
+                                      or a value of values.yaml has no description in the schema or no
+                                      comment above it (.ci/run)
 """
 import json
 import re
@@ -17,11 +18,13 @@ END = "<!-- end of values table -->"
 
 
 def leaves(values_text):
-    """(dotted path, default as written) for each key of values.yaml that has a value on its own line."""
-    out, stack = [], []
+    """(dotted path, default as written, whether a comment is right above it) for each key of values.yaml that
+    has a value on its own line."""
+    out, stack, commented = [], [], False
     for line in values_text.splitlines():
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
+            commented = bool(stripped)
             continue
         m = re.match(r"([A-Za-z0-9_]+):\s*(.*?)\s*(#.*)?$", stripped)
         if not m:
@@ -31,7 +34,8 @@ def leaves(values_text):
             stack.pop()
         stack.append((indent, m.group(1)))
         if m.group(2):
-            out.append((".".join(k for _, k in stack), m.group(2)))
+            out.append((".".join(k for _, k in stack), m.group(2), commented))
+        commented = False
     return out
 
 
@@ -49,10 +53,12 @@ def cell(text):
 
 
 def table(chart=CHART):
-    """The table's text and the problems found (values without a schema entry or a description)."""
+    """The table's text and the problems found (values without a schema entry, a description or a comment)."""
     schema = json.loads((chart / "values.schema.json").read_text())
     rows, problems = [], []
-    for path, default in leaves((chart / "values.yaml").read_text()):
+    for path, default, commented in leaves((chart / "values.yaml").read_text()):
+        if not commented:
+            problems.append(f"{path}: no comment above it in values.yaml")
         node = schema_node(schema, path)
         if node is None:
             problems.append(f"{path}: not in values.schema.json")
@@ -87,7 +93,7 @@ def main(argv):
     head, current, tail = parts
     text, problems = table()
     for p in problems:
-        print(f"values.schema.json: {p}", file=sys.stderr)
+        print(f"charts/pdp-injector: {p}", file=sys.stderr)
     want = "\n" + text + "\n"
     if check:
         if current != want:

@@ -445,7 +445,7 @@ class Readme(unittest.TestCase):
                      "networkPolicy.metricsNamespaceSelector", "tests.image"):
             self.assertIn(f"| `{path}` |", text)
 
-    def test_a_changed_description_or_a_value_without_one_is_found(self):
+    def test_a_changed_description_or_a_value_without_one_or_without_a_comment_is_found(self):
         with tempfile.TemporaryDirectory() as tmp:
             chart = Path(tmp)
             for f in ("values.yaml", "values.schema.json", "README.md"):
@@ -455,9 +455,12 @@ class Readme(unittest.TestCase):
             schema["properties"]["metrics"]["properties"]["serviceMonitor"]["properties"]["interval"]["description"] = "x"
             del schema["properties"]["tests"]["properties"]["image"]["description"]
             (chart / "values.schema.json").write_text(json.dumps(schema))
+            values = (chart / "values.yaml").read_text()
+            (chart / "values.yaml").write_text(values.replace("  # Tag of the webhook's image (the chart's appVersion).\n", ""))
             after, problems = chart_readme.table(chart)
             self.assertNotEqual(before, after)
-            self.assertEqual(problems, ["tests.image: no description in values.schema.json"])
+            self.assertEqual(problems, ["image.tag: no comment above it in values.yaml",
+                                        "tests.image: no description in values.schema.json"])
 
 
 if __name__ == "__main__":
