@@ -33,6 +33,9 @@ MONITORING_API = ("monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.
 SM_ON = ("metrics.serviceMonitor.enabled=true",)
 PR_ON = ("metrics.prometheusRule.enabled=true",)
 FLAG_SYNC = ("pdp.flagSync.enabled=true",)
+# Both monitoring objects, with the flag sync, an interval and labels.
+ALL_ON = (*SM_ON, *PR_ON, *FLAG_SYNC, "metrics.serviceMonitor.interval=1m",
+          "metrics.serviceMonitor.labels.release=prometheus", "metrics.prometheusRule.labels.release=prometheus")
 # The metrics the PrometheusRule uses, as Prometheus names them (a counter's _total, a histogram's _bucket).
 RULE_METRICS = {
     "pdp_injector_ready",
@@ -106,9 +109,7 @@ def selects(selector, labels):
 CASES = (
     [((f"pdp.model={m}",), False, "1.33.0") for m in MODELS]
     + [((f"pdp.model={m}", *SM_ON, *PR_ON), True, "1.33.0") for m in MODELS]
-    + [((f"pdp.model={m}", *SM_ON, *PR_ON, *FLAG_SYNC, "metrics.serviceMonitor.interval=1m",
-         "metrics.serviceMonitor.labels.release=prometheus", "metrics.prometheusRule.labels.release=prometheus"),
-        True, "1.33.0") for m in MODELS]
+    + [((f"pdp.model={m}", *ALL_ON), True, "1.33.0") for m in MODELS]
     + [((f"pdp.model={m}", "podDisruptionBudget.enabled=false", *FLAG_SYNC, "pdp.flagSync.replicas=2"), False,
         "1.33.0") for m in MODELS]
     + [((f"pdp.model={m}", "networkPolicy.enabled=true"), False, "1.33.0") for m in MODELS]
@@ -162,9 +163,7 @@ class ServiceMonitors(unittest.TestCase):
     def test_with_flag_sync_the_source_and_the_relays_are_scraped_with_the_values(self):
         for m in MODELS:
             with self.subTest(model=m):
-                objs = render(f"pdp.model={m}", *SM_ON, *PR_ON, *FLAG_SYNC, "metrics.serviceMonitor.interval=1m",
-                              "metrics.serviceMonitor.labels.release=prometheus",
-                              "metrics.prometheusRule.labels.release=prometheus", api=True)
+                objs = render(f"pdp.model={m}", *ALL_ON, api=True)
                 sms = {(d["metadata"]["namespace"], d["metadata"]["name"]): d for d in of_kind(objs, "ServiceMonitor")}
                 self.assertEqual(set(sms), {("pdp-system", "pdp-injector"), ("pdp-system", "pdp-flag-sync"),
                                             ("pdp-flags", "pdp-flag-relay")})
@@ -174,9 +173,7 @@ class ServiceMonitors(unittest.TestCase):
                     self.assertEqual(sm["spec"]["endpoints"][0]["interval"], "1m")
 
     def test_each_endpoint_is_a_port_of_a_service_that_reaches_a_container_port(self):
-        objs = render("pdp.model=central", *SM_ON, *PR_ON, *FLAG_SYNC, "metrics.serviceMonitor.interval=1m",
-                      "metrics.serviceMonitor.labels.release=prometheus",
-                      "metrics.prometheusRule.labels.release=prometheus", api=True)
+        objs = render("pdp.model=central", *ALL_ON, api=True)
         for sm in of_kind(objs, "ServiceMonitor"):
             with self.subTest(sm=sm["metadata"]["name"]):
                 ns = sm["spec"]["namespaceSelector"]["matchNames"]
@@ -212,16 +209,12 @@ class PrometheusRules(unittest.TestCase):
                 self.assertEqual([g["name"] for g in pr["spec"]["groups"]], ["pdp-injector"])
                 alerts = {r["alert"] for r in pr["spec"]["groups"][0]["rules"]}
                 self.assertTrue({"PdpInjectorNotReady", "PdpInjectorRequestErrors", "PdpInjectorDenials"} <= alerts)
-                _, pr = self.rule(f"pdp.model={m}", *SM_ON, *PR_ON, *FLAG_SYNC, "metrics.serviceMonitor.interval=1m",
-                                  "metrics.serviceMonitor.labels.release=prometheus",
-                                  "metrics.prometheusRule.labels.release=prometheus")
+                _, pr = self.rule(f"pdp.model={m}", *ALL_ON)
                 self.assertEqual([g["name"] for g in pr["spec"]["groups"]], ["pdp-injector", "pdp-flag-sync"])
                 self.assertEqual(pr["metadata"]["labels"]["release"], "prometheus")
 
     def test_every_rule_is_well_formed(self):
-        _, pr = self.rule("pdp.model=central", *SM_ON, *PR_ON, *FLAG_SYNC, "metrics.serviceMonitor.interval=1m",
-                          "metrics.serviceMonitor.labels.release=prometheus",
-                          "metrics.prometheusRule.labels.release=prometheus")
+        _, pr = self.rule("pdp.model=central", *ALL_ON)
         for r in (r for g in pr["spec"]["groups"] for r in g["rules"]):
             with self.subTest(alert=r["alert"]):
                 self.assertRegex(r["alert"], r"^Pdp[A-Za-z]+$")
@@ -231,9 +224,7 @@ class PrometheusRules(unittest.TestCase):
                 self.assertNotIn("{{ $labels", r["expr"])
 
     def test_the_metrics_of_the_rules_exist_in_the_source(self):
-        _, pr = self.rule("pdp.model=central", *SM_ON, *PR_ON, *FLAG_SYNC, "metrics.serviceMonitor.interval=1m",
-                          "metrics.serviceMonitor.labels.release=prometheus",
-                          "metrics.prometheusRule.labels.release=prometheus")
+        _, pr = self.rule("pdp.model=central", *ALL_ON)
         used = {n for g in pr["spec"]["groups"] for r in g["rules"] for n in re.findall(r"\bpdp_[a-z0-9_]+", r["expr"])}
         self.assertEqual(used, RULE_METRICS)
         known = exported_metrics()
@@ -243,9 +234,7 @@ class PrometheusRules(unittest.TestCase):
                 self.assertTrue(name in known or base in known, f"{name}: no metric {base} is registered in src/ or crates/")
 
     def test_the_jobs_of_the_rules_are_the_scraped_services(self):
-        objs, pr = self.rule("pdp.model=central", *SM_ON, *PR_ON, *FLAG_SYNC, "metrics.serviceMonitor.interval=1m",
-                             "metrics.serviceMonitor.labels.release=prometheus",
-                             "metrics.prometheusRule.labels.release=prometheus")
+        objs, pr = self.rule("pdp.model=central", *ALL_ON)
         jobs = {j for g in pr["spec"]["groups"] for r in g["rules"] for j in re.findall(r'job="([^"]+)"', r["expr"])}
         scraped = {s["metadata"]["name"] for sm in of_kind(objs, "ServiceMonitor") for s in of_kind(objs, "Service")
                    if s["metadata"]["namespace"] in sm["spec"]["namespaceSelector"]["matchNames"]
@@ -253,9 +242,7 @@ class PrometheusRules(unittest.TestCase):
         self.assertEqual(jobs, scraped)
 
     def test_each_alert_fires_when_it_should_under_promtool(self):
-        _, pr = self.rule("pdp.model=central", *SM_ON, *PR_ON, *FLAG_SYNC, "metrics.serviceMonitor.interval=1m",
-                          "metrics.serviceMonitor.labels.release=prometheus",
-                          "metrics.prometheusRule.labels.release=prometheus")
+        _, pr = self.rule("pdp.model=central", *ALL_ON)
         tests = yaml.safe_load(ALERT_TESTS.read_text())
         tested = {t["alertname"] for case in tests["tests"] for t in case["alert_rule_test"]}
         self.assertEqual(tested, {r["alert"] for g in pr["spec"]["groups"] for r in g["rules"]},
