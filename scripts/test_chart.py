@@ -40,8 +40,10 @@ ALL_ON = (*SM_ON, *PR_ON, *FLAG_SYNC, "metrics.serviceMonitor.interval=1m",
 RULE_METRICS = {
     "pdp_injector_ready",
     "pdp_injector_request_errors_total",
+    "pdp_injector_request_duration_seconds_bucket",
     "pdp_injector_denials_total",
     "pdp_injector_config_reloads_total",
+    "pdp_injector_certificate_reloads_total",
     "pdp_injector_certificate_expiry_timestamp_seconds",
     "pdp_flag_sync_upstream_generation",
     "pdp_flag_sync_generation",
@@ -208,10 +210,15 @@ class PrometheusRules(unittest.TestCase):
                 _, pr = self.rule(f"pdp.model={m}", *SM_ON, *PR_ON)
                 self.assertEqual([g["name"] for g in pr["spec"]["groups"]], ["pdp-injector"])
                 alerts = {r["alert"] for r in pr["spec"]["groups"][0]["rules"]}
-                self.assertTrue({"PdpInjectorNotReady", "PdpInjectorRequestErrors", "PdpInjectorDenials"} <= alerts)
+                self.assertTrue({"PdpInjectorUnavailable", "PdpInjectorRequestErrors", "PdpInjectorDenials"} <= alerts)
                 _, pr = self.rule(f"pdp.model={m}", *ALL_ON)
                 self.assertEqual([g["name"] for g in pr["spec"]["groups"]], ["pdp-injector", "pdp-flag-sync"])
                 self.assertEqual(pr["metadata"]["labels"]["release"], "prometheus")
+
+    def test_the_webhook_alerts_are_the_documented_ones(self):
+        _, pr = self.rule("pdp.model=central", *SM_ON, *PR_ON)
+        docs = yaml.safe_load((REPO / "docs/examples/prometheus-rules.yaml").read_text())
+        self.assertEqual(pr["spec"]["groups"], docs["groups"], "the chart's group differs from the documented one")
 
     def test_every_rule_is_well_formed(self):
         _, pr = self.rule("pdp.model=central", *ALL_ON)
@@ -219,7 +226,7 @@ class PrometheusRules(unittest.TestCase):
             with self.subTest(alert=r["alert"]):
                 self.assertRegex(r["alert"], r"^Pdp[A-Za-z]+$")
                 self.assertIn(r["labels"]["severity"], ("info", "warning", "critical"))
-                self.assertTrue(r["annotations"]["summary"] and r["annotations"]["description"])
+                self.assertTrue(r["annotations"]["summary"])
                 self.assertEqual(r["expr"].count("("), r["expr"].count(")"))
                 self.assertNotIn("{{ $labels", r["expr"])
 
@@ -235,11 +242,16 @@ class PrometheusRules(unittest.TestCase):
 
     def test_the_jobs_of_the_rules_are_the_scraped_services(self):
         objs, pr = self.rule("pdp.model=central", *ALL_ON)
-        jobs = {j for g in pr["spec"]["groups"] for r in g["rules"] for j in re.findall(r'job="([^"]+)"', r["expr"])}
+        jobs = {j for g in pr["spec"]["groups"] for r in g["rules"]
+                for m in re.findall(r'job=~?"([^"]+)"', r["expr"]) for j in m.split("|")}
         scraped = {s["metadata"]["name"] for sm in of_kind(objs, "ServiceMonitor") for s in of_kind(objs, "Service")
                    if s["metadata"]["namespace"] in sm["spec"]["namespaceSelector"]["matchNames"]
                    and selects(sm["spec"]["selector"]["matchLabels"], s["metadata"].get("labels"))}
-        self.assertEqual(jobs, scraped)
+        self.assertEqual(jobs, {"pdp-flag-sync", "pdp-flag-relay"})
+        self.assertLessEqual(jobs, scraped)
+        flag_sync = next(g for g in pr["spec"]["groups"] if g["name"] == "pdp-flag-sync")
+        for r in flag_sync["rules"]:
+            self.assertRegex(r["expr"], 'job=~?"', f"{r['alert']}: the source's and the relays' metrics share their names")
 
     def test_each_alert_fires_when_it_should_under_promtool(self):
         _, pr = self.rule("pdp.model=central", *ALL_ON)
