@@ -12,7 +12,8 @@
 - render: every ci/*-values.yaml rendering validates strictly against Kubernetes 1.33 (kubernetes-validate
   1.37.0, scripts/validate_k8s.py) and 1.20 (kubernetes-validate 1.28.0, the newest release that still carries
   the 1.20 schemas, cached like helm), cert-manager and FeatureFlag objects aside (no schema: overlays with them
-  are checked by scripts/validate-manifests.sh, and the equivalence below ties the chart's to theirs).
+  are checked by scripts/validate-manifests.sh, and the equivalence below ties the chart's to theirs), and the
+  Prometheus Operator's (scripts/test_chart.py checks them).
 - equivalence: for each setting that an overlay also offers, the chart's objects and `kubectl kustomize` of
   the overlay are the same, object by object (the chart adds only the labels app.kubernetes.io/managed-by and
   helm.sh/chart, and its hooks: helm test's and the install's, which kustomize has no phase for). overlays/central/config.yaml and overlays/sidecar-only/config.yaml are
@@ -22,8 +23,6 @@
 - version: Chart.yaml's version and appVersion and values.yaml's image.tag are Cargo.toml's version (the release
   packages the chart with the crate's version: scripts/release.sh).
 - hooks: the install's hook Jobs run the webhook's image with its restricted securityContext, bounded.
-- readme: the values table of charts/pdp-injector/README.md is the one values.yaml's comments give (`--update`
-  rewrites it).
 
 Under CI=true nothing is skipped: what cannot run is a FAIL, and --update is refused.
 """
@@ -223,9 +222,10 @@ def first_difference(a, b, path=""):
 
 def validate(objs, version, kv_path=None):
     """Strict validation with scripts/validate_k8s.py; objects of other projects' CRDs (cert-manager's, the
-    OpenFeature FeatureFlag) are left out: kubernetes-validate has no schema for them, and scripts/validate-manifests.sh
+    OpenFeature FeatureFlag, the Prometheus Operator's) are left out: kubernetes-validate has no schema for them, and scripts/validate-manifests.sh
     checks them in the overlays the equivalence ties the chart to."""
-    k8s = [d for d in objs if not d["apiVersion"].split("/")[0].endswith(("cert-manager.io", "openfeature.dev"))]
+    k8s = [d for d in objs if not d["apiVersion"].split("/")[0].endswith(("cert-manager.io", "openfeature.dev",
+                                                                            "monitoring.coreos.com"))]
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
         yaml.safe_dump_all(k8s, f)
         f.flush()
@@ -338,7 +338,6 @@ def main():
     check_options(renders.get(("options-values.yaml", "1.33.0")), renders.get(("options-values.yaml", "1.20.2")))
     check_version()
     check_hooks(renders.get((None, "1.33.0")), renders.get(("daemonset-values.yaml", "1.20.2")))
-    check_readme(update)
     return summary()
 
 
@@ -399,57 +398,6 @@ def check_package(helm, objs):
         record(f"package: the packaged chart holds the manifests ({len(held)} files of base/) and renders the same",
                bool(held) and same, f"files/base in the package: {len(held)}; rendering "
                + ("equal" if same else f"differs or fails: {r.stderr.strip()[-300:]}"))
-
-
-TABLE_BEGIN = "<!-- values table: scripts/helm-check.sh --update writes it from values.yaml -->"
-TABLE_END = "<!-- end of values table -->"
-
-
-def values_table():
-    """The README's values table: one row per leaf of values.yaml, its default and the comment above it."""
-    rows, stack, comment = [], [], []
-    for line in (CHART / "values.yaml").read_text().splitlines():
-        stripped = line.strip()
-        if not stripped:
-            comment = []
-            continue
-        indent = len(line) - len(line.lstrip())
-        if stripped.startswith("#"):
-            comment.append(stripped[1:].strip())
-            continue
-        m = re.match(r"([A-Za-z0-9_]+):\s*(.*)$", stripped)
-        if not m:
-            continue
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        k, val = m.groups()
-        stack.append((indent, k))
-        if val:
-            path = ".".join(x for _, x in stack)
-            desc = " ".join(comment).replace("|", "\\|")
-            rows.append(f"| `{path}` | `{val}` | {desc} |")
-        comment = []
-    return "\n".join(["| value | default | what it does |", "|---|---|---|", *rows])
-
-
-def check_readme(update):
-    readme = CHART / "README.md"
-    text = readme.read_text()
-    if TABLE_BEGIN not in text or TABLE_END not in text:
-        record("readme: the values table is in charts/pdp-injector/README.md", False, "its markers are missing")
-        return
-    head, rest = text.split(TABLE_BEGIN, 1)
-    table, tail = rest.split(TABLE_END, 1)
-    table_text = values_table()
-    bare = [l.split("`")[1] for l in table_text.splitlines()[2:] if l.endswith("|  |")]
-    record("readme: every value of values.yaml has a comment", not bare, f"no comment above {', '.join(bare)}")
-    want = "\n" + table_text + "\n"
-    if update and table != want:
-        readme.write_text(head + TABLE_BEGIN + want + TABLE_END + tail)
-        print("wrote the values table of charts/pdp-injector/README.md")
-        table = want
-    record("readme: charts/pdp-injector/README.md's values table matches values.yaml", table == want,
-           "stale: scripts/helm-check.sh --update rewrites it")
 
 
 def check_options(objs, objs20):

@@ -264,3 +264,28 @@ is then informative only), else by tag. */}}
 {{- $_ := set $o.metadata.labels "helm.sh/chart" (printf "%s-%s" $root.Chart.Name $root.Chart.Version) -}}
 {{- toYaml $o -}}
 {{- end -}}
+
+{{/* The labels of the objects the chart writes itself (those not read from the manifests). */}}
+{{- define "pdp.labels" -}}
+app.kubernetes.io/part-of: pdp-injector
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Fails unless the cluster serves an API: (list $ "group/version/Kind" skip "the value that needs it"). */}}
+{{- define "pdp.requireAPI" -}}
+{{- $root := index . 0 -}}
+{{- $api := index . 1 -}}
+{{- if not (or (index . 2) ($root.Capabilities.APIVersions.Has $api)) -}}
+{{- fail (printf "%s.enabled needs the API %s (the Prometheus Operator's CRDs), which the cluster does not serve: install them, or set %s.skipCapabilityCheck (helm template: --api-versions %s)" (index . 3) $api (index . 3) $api) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The PodDisruptionBudget's minAvailable or maxUnavailable from podDisruptionBudget, as YAML lines. */}}
+{{- define "pdp.pdbBudget" -}}
+{{- if not (kindIs "invalid" .maxUnavailable) -}}
+maxUnavailable: {{ toJson .maxUnavailable }}
+{{- else -}}
+minAvailable: {{ ternary 1 .minAvailable (kindIs "invalid" .minAvailable) | toJson }}
+{{- end -}}
+{{- end -}}
