@@ -413,6 +413,35 @@ class HelmTest(unittest.TestCase):
                 self.assertEqual(pod["metadata"]["annotations"]["pdp-injector.io/inject"], m)
 
 
+class Fallback(unittest.TestCase):
+    SETS = ("pdp.model=daemonset", "pdp.central.enabled=true", "pdp.nodeLocal.fallback=true")
+
+    def front_args(self, objs):
+        return named(objs, "DaemonSet", "pdp-node-front", "pdp-node")["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    def config(self, objs):
+        return yaml.safe_load(named(objs, "ConfigMap", "pdp-injector-config")["data"]["config.yaml"])
+
+    def test_the_front_and_the_cerbos_profile_fall_back_to_the_central_service(self):
+        objs = render(*self.SETS)
+        args = self.front_args(objs)
+        self.assertIn("--fallback=cerbos-pdp.pdp-central.svc:3593", args)
+        self.assertIn("--fallback-http=cerbos-pdp.pdp-central.svc:3592", args)
+        cerbos = self.config(objs)["profiles"]["cerbos"]
+        self.assertEqual((cerbos.get("fallback"), cerbos["central"]["address"]),
+                         (True, "cerbos-pdp.pdp-central.svc:3593"))
+
+    def test_off_by_default(self):
+        objs = render("pdp.model=daemonset", "pdp.central.enabled=true")
+        self.assertFalse([a for a in self.front_args(objs) if a.startswith("--fallback")])
+        self.assertNotIn("fallback", self.config(objs)["profiles"]["cerbos"])
+
+    def test_refused_without_both_models(self):
+        for m in ("daemonset", "central"):
+            with self.subTest(model=m):
+                self.assertIn("pdp.nodeLocal.fallback", refused(f"pdp.model={m}", "pdp.nodeLocal.fallback=true"))
+
+
 class Schema(unittest.TestCase):
     def test_wrong_types_and_unknown_keys_are_refused(self):
         for s, want in (
