@@ -11,6 +11,7 @@
 //! - [`check`]: the `check` command's reads of the cluster (its judging is the core's);
 //! - [`node`]: the node-local front (`node-proxy`) before the node's PDP instances;
 //! - [`csi`]: the CSI node plugin (`csi-node`) that gives app Pods the node's socket as an inline volume;
+//! - [`heal`]: the opt-in reconciler (`heal`) that replaces Pods not wired as the webhook would wire them;
 //! - [`cli`]: the command line, each subcommand wiring the layers above (`main.rs` only calls it).
 
 pub use pdp_core::{admission, config, core, duration, names, offline, size};
@@ -19,6 +20,7 @@ pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod csi;
+pub mod heal;
 pub mod node;
 pub mod tls;
 pub mod webhook;

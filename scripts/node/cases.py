@@ -1296,10 +1296,26 @@ def _(shared):
     check(not not_injected, f"admitted without injection: {not_injected[:5]}")
 
 
-@case("webhook-scaled-to-zero-refuses-opted-in-admits-others-then-resumes")
+def heal_objects():
+    """The chart's heal objects, rendered with the tier's values (heal.enabled, rounds every 5 s, unwired Pods only:
+    the tier's other cases change the config, and their wired Pods must not be replaced under them)."""
+    p = helm("template", RELEASE, CHART, *HELM_VALUES, "--set", "heal.enabled=true", "--set", "heal.interval=5s",
+             "--set", "heal.staleConfig=false", "--show-only", "templates/heal.yaml")
+    return p.stdout
+
+
+def events_of(ns, pod):
+    return json.loads(kubectl("-n", ns, "get", "events", "--field-selector", f"involvedObject.name={pod}",
+                              "-o", "json").stdout)["items"]
+
+
+@case("webhook-scaled-to-zero-refuses-opted-in-admits-others-then-resumes-and-heal-wires-what-it-admitted")
 def _(shared):
     opted = namespace("zero-in", {"pdp-injector.io/injection": "enabled"})
     plain = namespace("zero-out")
+    heal = heal_objects()
+    kubectl("apply", "-f", "-", input=heal)
+    rollout("deployment", "pdp-injector-heal", "pdp-system", 120)
     kubectl("-n", "pdp-system", "scale", "deployment/pdp-injector", "--replicas=0")
     t = time.monotonic()
     try:
@@ -1316,18 +1332,52 @@ def _(shared):
         check(out is not None, f"an annotated Pod elsewhere was refused with the webhook down: {one_line(err)}")
         check(not status_of(out), "admitted Pod carries an injection status with the webhook down")
         figure(f"  other namespace: admitted uninjected in {time.monotonic() - t1:.2f}s")
+        # A workload admitted unwired meanwhile: heal replaces its Pod once the webhook is back.
+        kubectl("create", "-f", "-", input=client_deployment("unwired", plain, ["check", "--sleep"],
+                                                             {"pdp-injector.io/inject": "central"}))
+        first = wait_for("the unwired Deployment's Pod created", lambda: pod_of(plain, "unwired"), 60)
+        check(not status_of(first), f"the Deployment's Pod was wired with the webhook down: {status_of(first)}")
+        time.sleep(6)  # a heal round with the webhook away: it must evict nothing
+        check(pod_of(plain, "unwired")["metadata"]["uid"] == first["metadata"]["uid"],
+              "heal replaced a Pod while the webhook was down")
     finally:
         kubectl("-n", "pdp-system", "scale", "deployment/pdp-injector", "--replicas=2")
     t = time.monotonic()
-    rollout("deployment", "pdp-injector", "pdp-system", 180)
+    try:
+        rollout("deployment", "pdp-injector", "pdp-system", 180)
+        t_back = time.monotonic()
 
-    def injected():
-        out, err = create({**pending_pod("x", opted), "metadata": {"generateName": "resumed-", "namespace": opted}})
-        if out is None:
-            raise RuntimeError(err)
-        return status_of(out)
-    wait_for("injection to resume", injected, 60, interval=1)
-    figure(f"  scaled back: injecting again {time.monotonic() - t:.1f}s after scale-up")
+        def injected():
+            out, err = create({**pending_pod("x", opted), "metadata": {"generateName": "resumed-", "namespace": opted}})
+            if out is None:
+                raise RuntimeError(err)
+            return status_of(out)
+        wait_for("injection to resume", injected, 60, interval=1)
+        figure(f"  scaled back: injecting again {time.monotonic() - t:.1f}s after scale-up")
+
+        def healed():
+            p = pod_of(plain, "unwired")
+            return p if p and p["metadata"]["uid"] != first["metadata"]["uid"] and status_of(p) else None
+        try:
+            replaced = wait_for("heal to replace the unwired Pod with a wired one", healed, 120, interval=1)
+        except Exception:
+            log = kubectl("-n", "pdp-system", "logs", "deployment/pdp-injector-heal", "--tail=40", check_rc=False)
+            raise Fail(f"not healed within 120 s of the webhook's return; heal's log: {one_line(log.stdout, 2000)}")
+        took = time.monotonic() - t_back
+        figure(f"  heal: the unwired Pod replaced by a wired one {took:.1f}s after the webhook was ready again "
+               f"(mode {status_of(replaced).get('mode')})")
+        check(took <= 120, f"healed after {took:.0f}s, more than 2 minutes")
+        reasons = {e.get("reason") for e in events_of(plain, first["metadata"]["name"])}
+        check("PdpInjectorRestarted" in reasons, f"no PdpInjectorRestarted event on the evicted Pod: {reasons}")
+        # The bare Pod admitted meanwhile is reported, never deleted.
+        bare = get("pod", "admitted", plain)
+        check(bare and not bare["metadata"].get("deletionTimestamp"), "heal deleted a bare Pod")
+        wait_for("the bare Pod reported (event PdpInjectorNotWired)", lambda: "PdpInjectorNotWired" in {
+            e.get("reason") for e in events_of(plain, "admitted")}, 30, interval=1)
+        figure("  heal: the bare Pod admitted unwired is reported (event PdpInjectorNotWired), not deleted")
+    finally:
+        kubectl("delete", "-f", "-", "--wait=false", input=heal, check_rc=False)
+        kubectl("-n", plain, "delete", "deployment", "unwired", "--wait=false", check_rc=False)
 
 
 def pems(text):

@@ -6,6 +6,7 @@ mod certs;
 mod check;
 mod csi;
 mod flag_sync;
+mod heal;
 mod hooks;
 mod inject;
 mod logging;
@@ -54,6 +55,9 @@ enum Command {
     WaitReady(hooks::WaitReadyArgs),
     /// Delete the MutatingWebhookConfiguration (the chart's pre-delete hook, before the webhook's Pods go).
     Unregister(hooks::UnregisterArgs),
+    /// Replace, through their controllers and within PodDisruptionBudgets, the Pods not wired as the webhook
+    /// would wire them now (opt-in reconciler; bare Pods are reported, never deleted).
+    Heal(Box<heal::HealArgs>),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -148,6 +152,7 @@ pub fn main() -> ExitCode {
         Command::NodeProxy(args) => node::run(*args),
         Command::CsiNode(args) => csi::run(*args),
         Command::FlagSync(args) => flag_sync::run(*args),
+        Command::Heal(args) => heal::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,6 +6,7 @@ pub mod analyse;
 pub mod certs;
 pub mod classic_sidecars;
 pub mod codes;
+pub mod heal;
 pub mod pods;
 pub mod pre;
 pub mod report;

@@ -156,8 +156,8 @@ pub fn render(
             // First: the app's own init containers may call the PDP too.
             let list = pointer(["spec", "initContainers"]);
             match spec.init_containers.as_ref().map(Vec::len) {
-                Some(n) if n > 0 => gate_ops.insert(&list, 0, &gate),
-                n => gate_ops.extend(list, n, &[gate]),
+                Some(n) if n > 0 => gate_ops.insert(&list, 0, &*gate),
+                n => gate_ops.extend(list, n, &[*gate]),
             }
         }
         Some(Gate::Present) => status.gate = Some(INIT_AWAIT.into()),
@@ -303,7 +303,7 @@ fn gate_container(
         .chain(pod.containers())
         .filter(|c| c.name.as_str() == INIT_AWAIT);
     match same_name.next() {
-        None => Ok(Some(Gate::Add(gate))),
+        None => Ok(Some(Gate::Add(Box::new(gate)))),
         // The gate of an earlier wiring whose status was not believed: kept, and recorded again.
         Some(c)
             if pod.init_containers().iter().any(|i| std::ptr::eq(i, c))
@@ -322,7 +322,7 @@ fn gate_container(
 
 /// The start-up gate a pass gives: added, or already there from an earlier wiring.
 enum Gate {
-    Add(Container),
+    Add(Box<Container>),
     Present,
 }
 
