@@ -35,10 +35,12 @@ const BINARY_LAYERS: &[(&str, &[&str])] = &[
     ("node", &["tls"]),
     // The CSI node plugin: its own gRPC servers, mounts and gate; nothing of the webhook's.
     ("csi", &[]),
+    // The opt-in reconciler: check's judging (the core's), its own lists and evictions.
+    ("heal", &["check"]),
     // The command line wires every layer (main.rs only calls it).
     (
         "cli",
-        &["tls", "cluster", "webhook", "check", "node", "csi"],
+        &["tls", "cluster", "webhook", "check", "node", "csi", "heal"],
     ),
 ];
 

@@ -63,6 +63,8 @@ fn names_ports_and_paths_in_the_docs_are_the_rendered_ones() {
                 .into_iter()
                 .chain(p.env_names.port.as_ref())
                 .chain(p.env_names.http_address.as_ref())
+                .chain(p.env_names.fallback_address.as_ref())
+                .chain(p.env_names.fallback_http_address.as_ref())
                 .cloned(),
         );
         // The TLS variables, rendered once a profile sets `tls`.
