@@ -118,7 +118,7 @@ pub fn render(
     let mut warnings = plan.warnings.clone();
     let (wiring, socket) = wiring(plan, profile, config, &mut warnings);
     let by_csi = socket.as_ref().is_some_and(|v| v.csi.is_some());
-    let gate = gate_container(pod, plan, profile, config, by_csi)?;
+    let gate = gate_container(pod, plan, profile, config, by_csi || wiring.tls)?;
     let mut pdp = pdp_container(spec, plan, profile, config);
     let volumes = pod_volumes(pod, spec, plan, profile, wiring, socket, pdp.as_mut())?;
     let ours = app_env(profile, wiring);
@@ -262,7 +262,8 @@ fn wiring(
 }
 
 /// The init container that holds the app until its node's PDP answers (the profile's `awaitNode`), on a first
-/// daemonset-mode pass of a Pod whose socket does not come by CSI (whose publish already waits for the PDP).
+/// daemonset-mode pass of a Pod whose socket does not come by CSI (whose publish already waits for the PDP) and
+/// that is not wired with TLS (the gate asks in plaintext; `held` is true in both cases).
 /// It asks for the profile's health check on the node's HTTP port, which the node's front forwards to the
 /// newest PDP instance: it passes once a PDP serves, not merely once the front listens.
 fn gate_container(
@@ -270,9 +271,9 @@ fn gate_container(
     plan: &Plan,
     profile: &Profile,
     config: &Config,
-    by_csi: bool,
+    held: bool,
 ) -> Result<Option<Gate>, Denial> {
-    if plan.mode != Mode::Daemonset || plan.previous.is_some() || !profile.await_node || by_csi {
+    if plan.mode != Mode::Daemonset || plan.previous.is_some() || !profile.await_node || held {
         return Ok(None);
     }
     let target = format!(
