@@ -46,10 +46,10 @@ impl HealMetrics {
     /// Registers the families, each labelled series at zero so that a scrape shows them before they move.
     pub fn register(&self, registry: &mut Registry) {
         for result in ["evicted", "blocked_by_pdb", "gone", "failed"] {
-            self.evictions.get_or_create(&[("result", result)]);
+            drop(self.evictions.get_or_create(&[("result", result)]));
         }
         for outcome in ["acted", "webhook_not_ready", "failed"] {
-            self.rounds.get_or_create(&[("outcome", outcome)]);
+            drop(self.rounds.get_or_create(&[("outcome", outcome)]));
         }
         registry.register(
             "pdp_injector_heal_evictions",

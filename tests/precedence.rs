@@ -608,3 +608,35 @@ fn a_status_whose_names_are_carried_with_other_values_is_not_believed() {
         );
     }
 }
+
+#[test]
+fn the_webhooks_own_priority_class_is_refused_to_every_other_pod() {
+    let pod = |class: &str, annotations: serde_json::Value| {
+        serde_json::json!({
+            "metadata": {"name": "p", "annotations": annotations},
+            "spec": {"priorityClassName": class, "containers": [{"name": "app", "image": "x"}]}
+        })
+    };
+    // Opted in or not, in any namespace the webhook is called for: refused, with what to change.
+    for (annotations, namespace) in [
+        (serde_json::json!({}), ns(None)),
+        (
+            serde_json::json!({"pdp-injector.io/inject": "sidecar"}),
+            ns(None),
+        ),
+        (serde_json::json!({}), ns(Some("enabled"))),
+    ] {
+        let o = outcome_of(pod("pdp-injector-webhook", annotations), &namespace);
+        assert_eq!(o.reason(), Reason::ReservedPriorityClass, "{o:?}");
+        let pdp_injector::core::Outcome::Denied(d) = &o else {
+            panic!("{o:?}")
+        };
+        assert!(
+            d.message.contains("choose another priorityClassName"),
+            "{d:?}"
+        );
+    }
+    // Another class is the Pod's own business.
+    let o = outcome_of(pod("high", serde_json::json!({})), &ns(None));
+    assert_eq!(o.reason(), Reason::NotOptedIn, "{o:?}");
+}

@@ -653,7 +653,10 @@ def _(h):
     check(sock and sock.get("hostPath") == {"path": "/var/run/cerbos", "type": "Directory"},
           f"socket volume as stored: {sock}")
     check(len([v for v in vols if "hostPath" in v]) == 1, f"volumes: {vols}")
-    check(not stored["spec"].get("initContainers"), "daemonset mode added init containers")
+    # Only the start-up gate, first: the hostPath socket does not hold the Pod until its node's PDP answers.
+    inits = [c["name"] for c in stored["spec"].get("initContainers") or []]
+    check(inits == ["pdp-injector-await"], f"daemonset mode init containers: {inits}")
+    check(status_of(stored).get("gate") == "pdp-injector-await", f"the status does not record the gate: {status_of(stored)}")
 
 
 @case("not-opted-in-untouched")
@@ -684,6 +687,32 @@ def _(h):
     for needle in ["pdp-injector.io/inject", '"sidecars"', "sidecar, daemonset, central, enabled, disabled"]:
         check(needle in err, f"denial message lacks {needle!r}: {one_line(err)}")
     check(h.get("pod", "app", ns) is None, "the denied Pod was stored")
+
+
+@case("reserved-priority-class-refused-on-the-real-apiserver")
+def _(h):
+    # The webhook's PriorityClass (999000000) would let any Pod preempt ordinary workloads: the webhook refuses
+    # it to every Pod it reviews, opted in or not; another class passes.
+    if h.get("priorityclass", "pdp-injector-webhook") is None:
+        h.kubectl("apply", "-f", str(REPO / "manifests/base/priorityclass.yaml"))
+    ns = h.namespace("reserved-priority")
+    p = pod("app", ns)
+    p["spec"]["priorityClassName"] = "pdp-injector-webhook"
+    out, err, rc = h.create(p)
+    check(rc != 0, "a Pod naming the webhook's PriorityClass was admitted outside pdp-system")
+    for needle in ["reserved_priority_class", "pdp-injector-webhook", "choose another priorityClassName"]:
+        check(needle in err, f"denial message lacks {needle!r}: {one_line(err)}")
+    check(h.get("pod", "app", ns) is None, "the denied Pod was stored")
+    opted = h.namespace("reserved-priority-in", {NS_LABEL: "enabled"})
+    p = pod("app", opted)
+    p["spec"]["priorityClassName"] = "pdp-injector-webhook"
+    out, err, rc = h.create(p)
+    check(rc != 0 and "reserved_priority_class" in err, f"opted-in namespace: {one_line(err)}")
+    h.kubectl("apply", "-f", "-", input={"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                         "metadata": {"name": "e2e-other"}, "value": 1000})
+    ok = pod("other", ns)
+    ok["spec"]["priorityClassName"] = "e2e-other"
+    h.must_create(ok)
 
 
 @case("unknown-profile-denied")

@@ -181,6 +181,22 @@ fn every_denial_message_is_documented_exactly() {
         "docs/annotations.md lacks {too_large}"
     );
     covered.insert(too_large.reason.code());
+    // A Pod naming the webhook's own PriorityClass.
+    let reserved: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "app"},
+        "spec": {"priorityClassName": pdp_injector::names::PRIORITY_CLASS_WEBHOOK,
+                 "containers": [{"name": "app", "image": "x"}]}
+    }))
+    .unwrap();
+    let Outcome::Denied(reserved) = inject(&reserved, &NamespaceInfo::named("shop"), &config)
+    else {
+        panic!("a Pod naming the webhook's PriorityClass is not denied");
+    };
+    assert!(
+        text.contains(&reserved.to_string()),
+        "docs/annotations.md lacks {reserved}"
+    );
+    covered.insert(reserved.reason.code());
 
     let deny_codes: BTreeSet<&str> = Reason::ALL
         .iter()

@@ -85,3 +85,7 @@ pub const DEFAULT_NAME: &str = "pdp-injector";
 pub const DEFAULT_SECRET: &str = "pdp-injector-tls";
 /// The ConfigMap with `config.yaml`.
 pub const DEFAULT_CONFIG_MAP: &str = "pdp-injector-config";
+
+/// The webhook's own PriorityClass (manifests/base/priorityclass.yaml): the webhook refuses every other Pod that
+/// names it, in every namespace it is called for.
+pub const PRIORITY_CLASS_WEBHOOK: &str = "pdp-injector-webhook";

@@ -67,6 +67,9 @@ pub enum Reason {
     /// The Pod has more containers, or its wiring would need a larger patch, than the webhook wires: a bound on
     /// what one review may cost (no real Pod comes near it).
     PodTooLarge,
+    /// The Pod names the webhook's own PriorityClass, which only pdp-injector's Pods may use: it would preempt
+    /// every ordinary workload.
+    ReservedPriorityClass,
 }
 
 impl Reason {
@@ -98,6 +101,7 @@ impl Reason {
             Reason::ProcessNamespaceOff => "process_namespace_off",
             Reason::NoCentralAddress => "no_central_address",
             Reason::PodTooLarge => "pod_too_large",
+            Reason::ReservedPriorityClass => "reserved_priority_class",
         }
     }
 
@@ -128,12 +132,13 @@ impl Reason {
             | Reason::ForgedStatus
             | Reason::PdpContainerNamed
             | Reason::ProcessNamespaceOff
-            | Reason::PodTooLarge => "deny",
+            | Reason::PodTooLarge
+            | Reason::ReservedPriorityClass => "deny",
         }
     }
 
     /// Every reason, for documentation and for metrics that must show zeros.
-    pub const ALL: [Reason; 25] = [
+    pub const ALL: [Reason; 26] = [
         Reason::InjectedSidecar,
         Reason::InjectedDaemonset,
         Reason::InjectedCentral,
@@ -159,6 +164,7 @@ impl Reason {
         Reason::PdpContainerNamed,
         Reason::ProcessNamespaceOff,
         Reason::PodTooLarge,
+        Reason::ReservedPriorityClass,
     ];
 }
 

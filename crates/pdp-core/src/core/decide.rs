@@ -424,6 +424,21 @@ pub fn decide(pod: &PodView<'_>, ns: &NamespaceInfo, config: &Config) -> Decisio
     if config.excluded_namespaces.contains(&ns.name) {
         return Decision::Skip(Reason::ExcludedNamespace, vec![]);
     }
+    if pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.priority_class_name.as_ref())
+        .map(|p| p.as_str())
+        == Some(PRIORITY_CLASS_WEBHOOK)
+    {
+        return Decision::Deny(Denial {
+            reason: Reason::ReservedPriorityClass,
+            message: format!(
+                "PriorityClass {PRIORITY_CLASS_WEBHOOK:?} is pdp-injector's own (it preempts every ordinary \
+                 workload): choose another priorityClassName"
+            ),
+        });
+    }
     if pod.annotation(ANNOTATION_MIRROR).is_some() {
         return Decision::Skip(Reason::MirrorPod, vec![]);
     }

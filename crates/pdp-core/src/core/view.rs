@@ -165,6 +165,9 @@ pub struct SpecView<'a> {
     /// `shareProcessNamespace`: the watch container of a classic sidecar in such a Pod needs it.
     #[serde(default)]
     pub share_process_namespace: Option<bool>,
+    /// `priorityClassName`: the webhook's own class is refused to every other Pod.
+    #[serde(borrow, default)]
+    pub priority_class_name: Option<Str<'a>>,
     /// Volumes an earlier profile of the same review appended after `volumes` ([`PodView::apply`]).
     #[serde(skip)]
     pub added_volumes: Vec<Volume>,
@@ -612,6 +615,7 @@ impl<'a> PodView<'a> {
                 host_network: s.host_network,
                 restart_policy: s.restart_policy.as_ref().map(borrow),
                 share_process_namespace: s.share_process_namespace,
+                priority_class_name: s.priority_class_name.as_ref().map(borrow),
                 added_volumes: s.added_volumes.clone(),
             }),
         }
