@@ -71,7 +71,7 @@ pub(crate) struct CheckArgs {
     /// Check the namespaces and Pods of every namespace.
     #[arg(short = 'A', long)]
     all_namespaces: bool,
-    /// Judge Pods by this config file instead of the installed ConfigMap (e.g. before applying a change).
+    /// Judge Pods by this config file instead of the installed ConfigMap, for example before applying a change.
     #[arg(long, env = "PDP_INJECTOR_CONFIG")]
     config: Option<PathBuf>,
     /// Output format.

@@ -42,7 +42,7 @@ pub(crate) struct InjectArgs {
     /// Config file (YAML); the built-in config when absent.
     #[arg(long, env = "PDP_INJECTOR_CONFIG")]
     config: Option<PathBuf>,
-    /// Render as in a cluster with the node plugin's CSIDriver csi.pdp-injector.io (the default daemonset install): socketVolume auto then gives the socket as a CSI volume in every namespace. Without it, as in a cluster without the driver: hostPath in privileged namespaces, TCP elsewhere.
+    /// Render as in a cluster with the CSIDriver csi.pdp-injector.io, where socketVolume auto gives the socket as a CSI volume in every namespace (without it: hostPath in privileged namespaces, TCP elsewhere).
     #[arg(long, env = "PDP_INJECTOR_CSI_DRIVER")]
     csi_driver: bool,
 }

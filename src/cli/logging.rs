@@ -1,32 +1,17 @@
-//! The log lines of `--log-format text|json`: tracing-subscriber's layouts, written without its generic field
-//! visitors where the value is plain, and (JSON) without its round trip through `serde_json::Value`.
-//!
-//! Every admission review logs one line in the `admission` span (README, docs/operations.md). With the stock
-//! formatters that line cost about 7 us of CPU a request in text and 20 us in JSON, the format the manifests
-//! install (BENCHMARKS.md, "The log line"): the text visitor quotes each string through `Debug` one character at a
-//! time, and the JSON formatter stores a span's fields as JSON text, parses that text back into a map at every
-//! event, twice (`span` and `spans`), and re-encodes it.
-//!
-//! - **Text** keeps tracing-subscriber's `Full` line (timestamp, level, spans, target, fields) and its field
-//!   visitor for anything but a plain value: a string of printable ASCII without `"` or `\` (what `Debug`
-//!   writes unchanged), a bool or an integer are written here, the same bytes. Unlike the stock visitor, it escapes a
-//!   value's control characters (a newline in a `%` value or an error's text), so that one event is one line
-//!   whatever a request says. On a terminal (ANSI colours) the stock formatter does everything, as it did.
-//! - **JSON** writes the same object as tracing-subscriber's `json().flatten_event(true).with_current_span(true)`:
-//!   `timestamp`, `level`, the event's fields flattened (`message` first), `target`, then `span` (the innermost
-//!   span's fields and its `name`) and `spans` (every span of the scope from the root), when there is a span. A
-//!   span's fields are kept as a JSON fragment and copied, never parsed. A field recorded twice on a span would
-//!   appear twice (jq keeps the last); the webhook records each field of its span once.
+//! `--log-format text`: tracing-subscriber's stock line, kept to one line. `--log-format json`: the stock
+//! `json().flatten_event(true).with_current_span(true)` object, written here without re-parsing each span's fields
+//! at every event: the stock one misses the CPU bound (BENCHMARKS.md, row "log line formatter: stock vs project").
 
 use std::fmt::{self, Write as _};
+use std::io;
 
 use tracing::field::{Field, Visit};
-use tracing::{Event, Level, Subscriber};
+use tracing::{Event, Subscriber};
 use tracing_log::NormalizeEvent;
 use tracing_subscriber::field::RecordFields;
-use tracing_subscriber::fmt::format::{DefaultVisitor, Writer};
+use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields, MakeWriter};
 use tracing_subscriber::registry::{LookupSpan, SpanRef};
 
 use super::LogFormat;
@@ -35,20 +20,14 @@ use super::LogFormat;
 pub(crate) fn init(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match format {
-        // On a terminal, the stock line with its colours: the fast one is for logs that a machine collects.
-        LogFormat::Text if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
-            builder.with_ansi(true).init()
-        }
         LogFormat::Text => builder
-            .with_ansi(false)
-            .fmt_fields(TextFields)
-            .event_format(TextLine(SystemTime))
+            .with_writer(OneLine(io::stderr))
+            .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
             .init(),
         LogFormat::Json => builder
+            .with_writer(io::stderr)
             .with_ansi(false)
             .fmt_fields(JsonFields)
             .event_format(JsonLine(SystemTime))
@@ -56,179 +35,61 @@ pub(crate) fn init(format: LogFormat) {
     }
 }
 
-/// The text format's field formatter: tracing-subscriber's `DefaultFields`, byte for byte, except that a value's
-/// control characters are escaped ([`OneLine`]).
-pub(crate) struct TextFields;
+/// Writes each line with its control characters escaped as `Debug` does (`\n`, `\x1b`, `\u{85}`): the stock text
+/// format writes a `%` value or an error's text raw, and a request's words reach those (a namespace in a denial), so
+/// a Pod could forge a line or drive the terminal of whoever reads `kubectl logs`. One event is one `write_all`.
+#[derive(Clone, Copy)]
+pub(crate) struct OneLine<M>(pub(crate) M);
 
-impl<'writer> FormatFields<'writer> for TextFields {
-    fn format_fields<R: RecordFields>(
-        &self,
-        mut writer: Writer<'writer>,
-        fields: R,
-    ) -> fmt::Result {
-        // Never with colours: `init` pairs these fields with `TextLine` only, and a terminal gets the stock
-        // formatter whole.
-        let mut line = OneLine(&mut writer);
-        let mut visitor = TextVisitor {
-            writer: Writer::new(&mut line),
-            is_empty: true,
-            result: Ok(()),
+impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for OneLine<M> {
+    type Writer = OneLine<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        OneLine(self.0.make_writer())
+    }
+}
+
+impl<W: io::Write> io::Write for OneLine<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let body = buf.strip_suffix(b"\n").unwrap_or(buf);
+        // Bytes of no control character: printable, tab, and UTF-8 other than the C1 range's lead byte 0xc2.
+        let risky = |b: &u8| (*b < 0x20 && *b != b'\t') || *b == 0x7f || *b == 0xc2;
+        if !body.iter().any(risky) {
+            self.0.write_all(buf)?;
+            return Ok(buf.len());
+        }
+        let Ok(text) = std::str::from_utf8(body) else {
+            self.0.write_all(buf)?;
+            return Ok(buf.len());
         };
-        fields.record(&mut visitor);
-        visitor.result
-    }
-
-    fn add_fields(
-        &self,
-        current: &'writer mut FormattedFields<Self>,
-        fields: &tracing::span::Record<'_>,
-    ) -> fmt::Result {
-        if current.fields.is_empty() {
-            // The admission span's six fields at once: one allocation, not one per doubling.
-            current.fields.reserve(SPAN_FIELDS_BYTES);
-        } else {
-            current.fields.push(' ');
-        }
-        self.format_fields(current.as_writer(), fields)
-    }
-}
-
-/// Room for the admission span's fields (uid, namespace, Pod, operation, decision, reason) in either format.
-const SPAN_FIELDS_BYTES: usize = 256;
-
-struct TextVisitor<'a> {
-    writer: Writer<'a>,
-    is_empty: bool,
-    result: fmt::Result,
-}
-
-impl TextVisitor<'_> {
-    /// Whether `field` is written by this visitor as `name=value`: the stock visitor treats `message`,
-    /// `r#`-prefixed names and `log.` metadata specially.
-    fn plain(&self, field: &Field) -> bool {
-        let name = field.name();
-        self.result.is_ok()
-            && name != "message"
-            && !name.starts_with("r#")
-            && !name.starts_with("log.")
-    }
-
-    fn pad(&mut self) {
-        if self.is_empty {
-            self.is_empty = false;
-        } else {
-            self.result = self.writer.write_char(' ');
-        }
-    }
-
-    /// The stock visitor, for one field, continuing this visitor's line.
-    fn stock(&mut self, record: impl FnOnce(&mut DefaultVisitor<'_>)) {
-        if self.result.is_err() {
-            return;
-        }
-        let mut visitor = DefaultVisitor::new(self.writer.by_ref(), self.is_empty);
-        record(&mut visitor);
-        self.result = tracing_subscriber::field::VisitOutput::finish(visitor);
-        // It pads and writes unless the field is `log.` metadata, which it skips.
-        self.is_empty = false;
-    }
-
-    fn number(&mut self, field: &Field, value: impl fmt::Display) {
-        self.pad();
-        if self.result.is_ok() {
-            self.result = write!(self.writer, "{}={value}", field.name());
-        }
-    }
-}
-
-/// Keeps a field on its line: a value written with `%` (its `Display`), or an error's text, may hold a newline or
-/// a terminal escape, and the stock text visitor writes those as they are. The request's own words reach such
-/// values (a namespace name in a denial), so any Pod that can reach the webhook could write a line that looks like
-/// the webhook's, or drive the terminal of whoever reads `kubectl logs`. Written here as `Debug` writes them in a
-/// string: `\n`, `\r`, `\x1b`, `\u{85}`. Strings and messages are already escaped, so they pass unchanged.
-struct OneLine<'a, 'w>(&'a mut Writer<'w>);
-
-impl fmt::Write for OneLine<'_, '_> {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let risky = |c: char| c.is_control() && c != '\t';
-        if !s.bytes().any(|b| b < 0x20 || b == 0x7f || b == 0xc2) {
-            return self.0.write_str(s);
-        }
-        let mut start = 0;
-        for (i, c) in s.char_indices() {
-            if !risky(c) {
-                continue;
-            }
-            self.0.write_str(&s[start..i])?;
+        // One write for the whole line, so that lines of other threads never land inside it.
+        let mut line = String::with_capacity(buf.len() + 16);
+        for c in text.chars() {
             match c {
-                '\n' => self.0.write_str("\\n")?,
-                '\r' => self.0.write_str("\\r")?,
-                c if (c as u32) < 0x80 => write!(self.0, "\\x{:02x}", c as u32)?,
-                c => write!(self.0, "\\u{{{:x}}}", c as u32)?,
+                '\t' => line.push(c),
+                '\n' => line.push_str("\\n"),
+                '\r' => line.push_str("\\r"),
+                c if c.is_control() && (c as u32) < 0x80 => {
+                    let _ = write!(line, "\\x{:02x}", c as u32);
+                }
+                c if c.is_control() => {
+                    let _ = write!(line, "\\u{{{:x}}}", c as u32);
+                }
+                c => line.push(c),
             }
-            start = i + c.len_utf8();
         }
-        self.0.write_str(&s[start..])
+        line.push_str(if body.len() < buf.len() { "\n" } else { "" });
+        self.0.write_all(line.as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
     }
 }
 
-/// A string `Debug` writes as itself between quotes: printable ASCII, no quote, no backslash.
-fn debug_is_plain(value: &str) -> bool {
-    value
-        .bytes()
-        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
-}
-
-impl Visit for TextVisitor<'_> {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        if self.plain(field) && debug_is_plain(value) {
-            self.pad();
-            if self.result.is_ok() {
-                let w = &mut self.writer;
-                self.result = (|| {
-                    w.write_str(field.name())?;
-                    w.write_str("=\"")?;
-                    w.write_str(value)?;
-                    w.write_char('"')
-                })();
-            }
-        } else {
-            self.stock(|v| v.record_str(field, value));
-        }
-    }
-
-    fn record_bool(&mut self, field: &Field, value: bool) {
-        if self.plain(field) {
-            self.number(field, value);
-        } else {
-            self.stock(|v| v.record_bool(field, value));
-        }
-    }
-
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        if self.plain(field) {
-            self.number(field, value);
-        } else {
-            self.stock(|v| v.record_u64(field, value));
-        }
-    }
-
-    fn record_i64(&mut self, field: &Field, value: i64) {
-        if self.plain(field) {
-            self.number(field, value);
-        } else {
-            self.stock(|v| v.record_i64(field, value));
-        }
-    }
-
-    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        self.stock(|v| v.record_error(field, value));
-    }
-
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.stock(|v| v.record_debug(field, value));
-    }
-}
+/// Room for the admission span's fields (uid, namespace, Pod, operation, decision, reason).
+const SPAN_FIELDS_BYTES: usize = 256;
 
 /// The JSON format's field formatter: a span's fields as the members of a JSON object, without the braces
 /// (`"uid":"…","namespace":"…"`), appended to as fields are recorded.
@@ -378,54 +239,8 @@ impl fmt::Write for JsonEscape<'_> {
     }
 }
 
-/// The text format's line without colours: tracing-subscriber's `Full` format (timestamp, level, each span of the
-/// scope with its fields, target, the event's fields), the same bytes but for [`OneLine`]'s escapes.
-pub(crate) struct TextLine<T = SystemTime>(pub(crate) T);
-
-impl<S, T: FormatTime> FormatEvent<S, TextFields> for TextLine<T>
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    fn format_event(
-        &self,
-        ctx: &FmtContext<'_, S, TextFields>,
-        mut writer: Writer<'_>,
-        event: &Event<'_>,
-    ) -> fmt::Result {
-        let normalized = event.normalized_metadata();
-        let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
-        if self.0.format_time(&mut writer).is_err() {
-            writer.write_str("<unknown time>")?;
-        }
-        writer.write_str(match *meta.level() {
-            Level::TRACE => " TRACE ",
-            Level::DEBUG => " DEBUG ",
-            Level::INFO => "  INFO ",
-            Level::WARN => "  WARN ",
-            Level::ERROR => " ERROR ",
-        })?;
-        if let Some(scope) = ctx.event_scope() {
-            for span in scope.from_root() {
-                writer.write_str(span.metadata().name())?;
-                if let Some(fields) = span.extensions().get::<FormattedFields<TextFields>>()
-                    && !fields.fields.is_empty()
-                {
-                    writer.write_char('{')?;
-                    writer.write_str(&fields.fields)?;
-                    writer.write_char('}')?;
-                }
-                writer.write_char(':')?;
-            }
-            writer.write_char(' ')?;
-        }
-        writer.write_str(meta.target())?;
-        writer.write_str(": ")?;
-        ctx.format_fields(writer.by_ref(), event)?;
-        writer.write_char('\n')
-    }
-}
-
-/// The JSON format's line (see the module's documentation).
+/// The JSON format's line: `timestamp`, `level`, the event's fields (`message` first), `target`, then `span` (the
+/// innermost span's fields and its `name`) and `spans` (the scope from the root) when there is a span.
 pub(crate) struct JsonLine<T = SystemTime>(pub(crate) T);
 
 impl<S, T: FormatTime> FormatEvent<S, JsonFields> for JsonLine<T>
@@ -589,34 +404,30 @@ mod tests {
         }
     }
 
-    /// Runs `log_everything` under a subscriber built like `init`'s, with `fields` and `event`, into lines.
-    fn capture(json: bool, stock: bool) -> String {
+    /// Runs `log_everything` under a subscriber built like `init`'s (`ours`) or the plain stock one, into lines.
+    fn capture(json: bool, ours: bool) -> String {
         let lines = Lines::default();
-        let builder = tracing_subscriber::fmt()
-            .with_writer(lines.clone())
-            .with_ansi(false)
-            .with_timer(Fixed);
-        match (json, stock) {
-            (false, false) => {
-                let s = builder
-                    .fmt_fields(TextFields)
-                    .event_format(TextLine(Fixed))
-                    .finish();
-                tracing::subscriber::with_default(s, log_everything);
-            }
+        let builder = tracing_subscriber::fmt().with_ansi(false).with_timer(Fixed);
+        match (json, ours) {
             (false, true) => {
-                let s = builder.finish();
+                let s = builder.with_writer(OneLine(lines.clone())).finish();
                 tracing::subscriber::with_default(s, log_everything);
             }
-            (true, false) => {
+            (false, false) => {
+                let s = builder.with_writer(lines.clone()).finish();
+                tracing::subscriber::with_default(s, log_everything);
+            }
+            (true, true) => {
                 let s = builder
+                    .with_writer(lines.clone())
                     .fmt_fields(JsonFields)
                     .event_format(JsonLine(Fixed))
                     .finish();
                 tracing::subscriber::with_default(s, log_everything);
             }
-            (true, true) => {
+            (true, false) => {
                 let s = builder
+                    .with_writer(lines.clone())
                     .json()
                     .flatten_event(true)
                     .with_current_span(true)
@@ -628,10 +439,11 @@ mod tests {
     }
 
     #[test]
-    fn text_lines_are_the_stock_formatter_s_with_control_characters_escaped() {
-        let ours = capture(false, false);
-        let stock = capture(false, true);
-        // The stock visitor writes the error's newline and a `%` value's escape as they are; ours escapes them.
+    fn text_lines_are_the_stock_formatter_s_kept_to_one_line() {
+        let ours = capture(false, true);
+        let stock = capture(false, false);
+        // The stock line writes the error's newline and a `%` value's control characters as they are; ours
+        // escapes them.
         let stock = stock
             .replace("\"full\"\n(again)", "\"full\"\\n(again)")
             .replace(
@@ -644,12 +456,12 @@ mod tests {
             ours.contains("hostile=ns\\nforged\\x1b[2J\\r\\n\\u{85}"),
             "{ours}"
         );
+        assert!(ours.contains("listening \\x1b[2J"), "{ours}");
         assert_eq!(ours.matches(" INFO ").count(), 2, "{ours}");
         assert!(
             ours.contains("  WARN rustls::conn: sending fatal alert\n"),
             "{ours}"
         );
-        // The fast path was taken (a plain string, a bool, numbers) and escapes were left to the stock visitor.
         assert!(ours.contains(
             "admission{uid=\"705ab4f5-6393-11e8-b7cc-42010a800002\" namespace=\"pay\\\"ments\\\\\\n\\u{1b}[31m é\" pod=\"\"}"
         ), "{ours}");
@@ -659,12 +471,30 @@ mod tests {
         );
     }
 
+    #[test]
+    fn one_line_escapes_the_control_characters_inside_a_line() {
+        let lines = Lines::default();
+        let mut w = OneLine(lines.clone());
+        for line in [
+            "plain\tline é\n",
+            "a\nb\rc\u{1b}[2J\u{85}\u{9b}\x7f\n",
+            "no end\n\n",
+            "none",
+        ] {
+            io::Write::write_all(&mut w, line.as_bytes()).unwrap();
+        }
+        assert_eq!(
+            lines.text(),
+            "plain\tline é\na\\nb\\rc\\x1b[2J\\u{85}\\u{9b}\\x7f\nno end\\n\nnone"
+        );
+    }
+
     /// The JSON lines parse, and say what tracing-subscriber's JSON says: the same members with the same values
     /// (the order of members aside).
     #[test]
     fn json_lines_carry_the_stock_formatter_s_members() {
-        let ours = capture(true, false);
-        let stock = capture(true, true);
+        let ours = capture(true, true);
+        let stock = capture(true, false);
         let parse = |text: &str| -> Vec<serde_json::Value> {
             text.lines()
                 .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))

@@ -51,7 +51,9 @@ enum Command {
     /// Serve flagd's gRPC sync (flagd.sync.v1) from the cluster's flag objects, each stream scoped to its caller.
     FlagSync(Box<flag_sync::FlagSyncArgs>),
     /// Wait until the webhook's /readyz answers through its Service, trusted by its caBundle (the chart's
-    /// post-install hook). Exit status: 0 ready, 1 not within the timeout.
+    /// post-install hook).
+    ///
+    /// Exit status: 0 ready, 1 not within the timeout.
     WaitReady(hooks::WaitReadyArgs),
     /// Delete the MutatingWebhookConfiguration (the chart's pre-delete hook, before the webhook's Pods go).
     Unregister(hooks::UnregisterArgs),

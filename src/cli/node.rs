@@ -12,7 +12,9 @@ pub(crate) struct NodeProxyArgs {
     log: LogArgs,
     #[command(flatten)]
     flags: NodeProxyFlags,
-    /// One more listener pair in this process, for another PDP endpoint (repeatable; ';' separates them in the environment): comma-separated port=PORT ([::]:PORT, with the IPv4 fallback) or listen=ADDR (repeatable, as written), socket=PATH, socket-mode=MODE, instances=DIR, tcp-backend=SUFFIX, socket-backend=SUFFIX or backend=SUFFIX (both). Example, flagd's sync endpoint: port=8015,socket=/var/run/flagd/sync.sock,instances=/var/run/flagd-instances,backend=.sync.sock. Everything else (waits, timeouts, drain) is this process's, and each group gets an equal share of --memory-budget for its connection bounds; TLS only on the front's own TCP addresses.
+    // Waits, timeouts and drain are the process's; each group gets an equal share of --memory-budget for its
+    // connection bounds; TLS only on the front's own TCP addresses (docs/deployment-models.md).
+    /// One more listener pair for another PDP endpoint, as comma-separated port=PORT or listen=ADDR, socket=PATH, socket-mode=MODE, instances=DIR and tcp-backend=, socket-backend= or backend=SUFFIX, e.g. port=8015,socket=/var/run/flagd/sync.sock,instances=/var/run/flagd-instances,backend=.sync.sock (repeatable; ';' separates them in the environment).
     #[arg(long = "group", env = "PDP_NODE_PROXY_GROUPS", value_delimiter = ';', value_parser = node_groups::group_flag)]
     groups: Vec<node_groups::Group>,
 }

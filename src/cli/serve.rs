@@ -23,7 +23,7 @@ pub(crate) enum ClusterMode {
 
 #[derive(Args)]
 pub(crate) struct ServeArgs {
-    /// Serving certificate chain (PEM). Without --cert and --key, a self-signed CA and certificate are generated.
+    /// Serving certificate chain (PEM); without --cert and --key, a self-signed CA and certificate are generated.
     #[arg(long, env = "PDP_INJECTOR_CERT", requires = "key")]
     cert: Option<PathBuf>,
     /// Private key of the serving certificate (PEM).

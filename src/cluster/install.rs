@@ -10,8 +10,8 @@ pub struct InstallNames {
     /// The Service and the namespace.
     #[command(flatten)]
     pub webhook: ServiceName,
-    /// The Secret with the serving certificate (`tls.crt`; self-managed: `ca.crt`, `ca.key`, `tls.crt`,
-    /// `tls.key`). `serve` still takes the old spelling `--secret-name`.
+    /// The Secret with the serving certificate (`tls.crt`; self-managed: `ca.crt`, `ca.key`, `tls.crt`, `tls.key`),
+    /// also spelt `--secret-name` by `serve`.
     #[arg(
         long = "secret",
         alias = "secret-name",

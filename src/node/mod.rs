@@ -1,4 +1,4 @@
-//! The node-local front (`pdp-injector node-proxy`, issue 14): a small, stable process per node that owns the
+//! The node-local front (`pdp-injector node-proxy`): a small, stable process per node that owns the
 //! PDP's node endpoints and forwards each connection to the newest ready PDP instance, so the PDP itself can be
 //! replaced without a moment where the node has no PDP (docs/deployment-models.md, "The node-local front").
 //!

@@ -14,8 +14,8 @@ pub struct ServiceName {
     /// Service name the apiserver dials (the certificate's SANs).
     #[arg(long, env = "PDP_INJECTOR_SERVICE", default_value = DEFAULT_NAME)]
     pub service: String,
-    /// Namespace of the webhook (its Service, Secret, Deployment and ConfigMap). `serve` and `certs` still take
-    /// the old spelling `--namespace`.
+    /// Namespace of the webhook (its Service, Secret, Deployment and ConfigMap), also spelt `--namespace` by
+    /// `serve` and `certs`.
     #[arg(long = "webhook-namespace", env = "POD_NAMESPACE", default_value = DEFAULT_NAMESPACE)]
     pub namespace: String,
 }

@@ -402,9 +402,8 @@ pub fn admission_span() -> Span {
     )
 }
 
-/// Records the review's six fields on the `admission` span in one call: each record is one `on_record` of the
-/// subscriber, and the JSON one re-encodes all the span's fields at every call (six calls cost ~5 us a request,
-/// BENCHMARKS.md, "Per-request costs outside the core"). The fields and what the log line shows are the same.
+/// Records the review's six fields on the `admission` span in one call: one `on_record` of the subscriber instead
+/// of six (BENCHMARKS.md, "Per-request costs outside the core").
 pub fn record_summary(span: &Span, summary: &admission::ReviewSummary) {
     let Some(meta) = span.metadata() else {
         return;
@@ -438,23 +437,14 @@ pub fn record_summary(span: &Span, summary: &admission::ReviewSummary) {
     ]));
 }
 
-/// Bodies up to this size are reviewed on the async worker that read them. The hand-off to the blocking pool and
-/// back cost an 80 KiB review 12-19 us (71-82 us a request before, 54-70 after; BENCHMARKS.md, "Measured
-/// choices"). The slowest review per KiB found (a status annotation with thousands of true claims, about 6 us per
-/// KiB) takes about 0.7 ms at this size, so a worker is held at most that long; a larger body could run to the
-/// deadline, and only on the pool can the server answer 504 on time.
+/// Bodies up to this size are reviewed on the async worker that read them, saving the hand-off to the blocking
+/// pool (BENCHMARKS.md, "Measured choices"); even the slowest review per KiB holds a worker
+/// under a millisecond at this size. A larger body could run to the deadline: only on the pool is a 504 on time.
 const INLINE_REVIEW_BYTES: usize = 128 * 1024;
 
-/// Keeps a review's memory in the process from one request to the next. glibc's allocator gives the free top of
-/// a thread's heap back to the kernel (`madvise`) once it exceeds 128 KiB, and maps a block of 128 KiB or more
-/// on its own: freeing an 80 KiB body at 8 connections did the first, and the next requests faulted the pages in
-/// again, zeroed (server CPU per request 57.7-71.7 us before, 55.5-56.5 after; BENCHMARKS.md, "Measured choices").
-/// Freeing one mapped block raises both thresholds for the process (mallopt(3), "dynamic mmap threshold": the
-/// mapping threshold to the block's size, the trim threshold to twice that). A process did that on its own at
-/// some point or never, depending on its traffic, hence the spread; this does it once, at start, with a block
-/// twice the inline bound: bodies up to 256 KiB come from the heap, and up to about 512 KiB of a heap stays
-/// mapped when free. Safe code, no effect on other allocators; `GLIBC_TUNABLES` setting a threshold turns the
-/// adjustment off, and then the tunable decides.
+/// Keeps a review's memory in the process from one request to the next: freeing one mapped block of twice the
+/// inline bound raises glibc's mmap and trim thresholds (mallopt(3), "dynamic mmap threshold"), so freed bodies
+/// are not given back and faulted in again (BENCHMARKS.md, "Measured choices"; tunables win).
 pub fn keep_review_memory() {
     drop(std::hint::black_box(vec![0u8; 2 * INLINE_REVIEW_BYTES]));
 }

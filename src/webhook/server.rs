@@ -54,16 +54,16 @@ pub struct ServeFlags {
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "PDP_INJECTOR_BODY_LIMIT", default_value_t = DEFAULT_BODY_LIMIT)]
     pub body_limit: usize,
-    /// What the webhook may use (Kubernetes quantity: 96Mi): open connections, request bodies held at once and
-    /// per-connection buffers are all derived from it (SECURITY.md, "Memory budget"). Keep it at about 75% of
-    /// the container's memory limit.
+    /// The memory the webhook may use, a Kubernetes quantity from which its connection, body and buffer bounds
+    /// derive (about 75% of the container's limit; SECURITY.md, "Memory budget").
     #[arg(long, env = "PDP_INJECTOR_MEMORY_BUDGET", default_value = "96Mi", value_parser = crate::size::parse_size)]
     pub memory_budget: u64,
     /// Upper bound on one request (the apiserver's ?timeout= lowers it).
     #[arg(long, env = "PDP_INJECTOR_REQUEST_TIMEOUT", default_value = "10s", value_parser = duration_flag)]
     pub request_timeout: Duration,
-    /// How long a keep-alive connection may stay idle between requests: longer than the apiserver's idle
-    /// connection timeout (90 s in client-go), so it never races our close with a POST it will not retry.
+    // Longer than the apiserver's idle connection timeout (client-go's), so that it never races our close with a
+    // POST it will not retry.
+    /// How long a keep-alive connection may stay idle between requests.
     #[arg(long, env = "PDP_INJECTOR_IDLE_TIMEOUT", default_value = "150s", value_parser = duration_flag)]
     pub idle_timeout: Duration,
     /// Bound on TLS handshakes and on the first request of a connection.
@@ -75,9 +75,9 @@ pub struct ServeFlags {
     /// After SIGTERM, keep answering (while not ready) this long before draining (endpoints catch up).
     #[arg(long, env = "PDP_INJECTOR_DRAIN_DELAY", default_value = "0s", value_parser = duration_flag)]
     pub drain_delay: Duration,
-    /// After the drain delay, keep accepting until no new connection has arrived for this long (at most half
-    /// the shutdown grace): the Service's routing may lag the endpoints, and a connection cut in its handshake
-    /// is an error the apiserver does not retry.
+    // The Service's routing may lag the endpoints, and a connection cut in its handshake is an error the
+    // apiserver does not retry.
+    /// After the drain delay, keep accepting until no new connection has arrived for this long (at most half the shutdown grace).
     #[arg(long, env = "PDP_INJECTOR_DRAIN_QUIET", default_value = "1s", value_parser = duration_flag)]
     pub drain_quiet: Duration,
     /// How long in-flight requests get to finish when draining.

@@ -7,9 +7,9 @@
 //! cargo build --release -p pdp-injector-bench --bin request-costs
 //! taskset -c 1 target/release/request-costs --bench
 //! ```
-//! The subscriber is the server's (`cli::init_logging`: an `info` EnvFilter, fmt, JSON with the event flattened
-//! and the current span), writing to a sink (`log/*/sink`: formatting only) or to /dev/null (`log/*/devnull`:
-//! with the write(2) that stderr costs per line).
+//! The subscriber is tracing-subscriber's stock one (an `info` EnvFilter, fmt, JSON with the event flattened and
+//! the current span; the server writes that JSON with its own formatter, src/cli/logging.rs), writing to a sink
+//! (`log/*/sink`: formatting only) or to /dev/null (`log/*/devnull`: with the write(2) that stderr costs per line).
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -23,7 +23,7 @@ use pdp_injector::webhook::{admission_span, record_summary};
 use tracing::{Instrument, Span, info};
 use tracing_subscriber::fmt::MakeWriter;
 
-/// The server's subscriber (src/cli/mod.rs, `init_logging`), JSON or text, writing to `writer`.
+/// tracing-subscriber's stock subscriber, JSON or text, writing to `writer`.
 fn subscriber<W>(json: bool, writer: W) -> Box<dyn tracing::Subscriber + Send + Sync>
 where
     W: for<'a> MakeWriter<'a> + Send + Sync + 'static,

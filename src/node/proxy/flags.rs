@@ -14,16 +14,18 @@ use crate::tls::{TlsError, TlsFiles};
 /// The flags of `node-proxy`, with their defaults and environment variables (the binary flattens this).
 #[derive(Debug, Clone, clap::Args)]
 pub struct NodeProxyFlags {
-    /// TCP address of the node's PDP port (apps reach it as $(CERBOS_PDP_HOST):3593); repeatable or comma-separated. Default [::]:3593: one socket for IPv4 and IPv6 where net.ipv6.bindv6only is 0 (the Linux default), and 0.0.0.0:3593 on a node whose kernel has no IPv6. An address given here is bound exactly as written (no fallback); do not add 0.0.0.0:3593 next to [::]:3593 where bindv6only is 0.
+    // The default [::]:3593 serves both IP families where net.ipv6.bindv6only is 0, with 0.0.0.0:3593 on a node
+    // without IPv6; given addresses have no fallback (docs/deployment-models.md).
+    /// TCP addresses of the node's PDP port, bound exactly as written (default [::]:3593; repeatable or comma-separated).
     #[arg(long, env = "PDP_NODE_PROXY_LISTEN", value_delimiter = ',')]
     pub listen: Option<Vec<SocketAddr>>,
-    /// Port of the default TCP address, [::]:PORT (with its IPv4 fallback on a node without IPv6), when --listen is not given: another PDP's port, such as flagd's 8013.
+    /// Port of the default TCP address [::]:PORT when --listen is not given, such as flagd's 8013.
     #[arg(long, env = "PDP_NODE_PROXY_PORT", default_value_t = DEFAULT_PORT)]
     pub port: u16,
     /// Serve no TCP address (socket only).
     #[arg(long, env = "PDP_NODE_PROXY_NO_TCP")]
     pub no_tcp: bool,
-    /// TCP port of the PDP's HTTP API on the node (Cerbos 3592: apps reach it as $(CERBOS_PDP_HOST):3592), served at [::]:PORT (with its IPv4 fallback) and forwarded to the instances' --socket-backend, like the stable socket. Unset: no HTTP port.
+    /// TCP port of the PDP's HTTP API on the node (Cerbos 3592), served at [::]:PORT and forwarded to the instances' --socket-backend (unset: no HTTP port).
     #[arg(long, env = "PDP_NODE_PROXY_HTTP_PORT", conflicts_with = "http_listen")]
     pub http_port: Option<u16>,
     /// TCP addresses of the HTTP port instead of [::]:--http-port, bound exactly as written; repeatable or comma-separated.
@@ -39,10 +41,12 @@ pub struct NodeProxyFlags {
     /// Serve no stable socket (TCP only).
     #[arg(long, env = "PDP_NODE_PROXY_NO_SOCKET")]
     pub no_socket: bool,
-    /// Permission bits of the stable socket, octal. connect(2) needs write permission and app containers run as any user, so the default lets every local user connect, like the shipped PDP config (udsFileMode 0o777).
+    // connect(2) needs write permission and app containers run as any user: the default lets every local user
+    // connect, like the shipped PDP config (udsFileMode 0o777).
+    /// Permission bits of the stable socket, in octal.
     #[arg(long, env = "PDP_NODE_PROXY_SOCKET_MODE", default_value = "666", value_parser = route::mode_flag)]
     pub socket_mode: u32,
-    /// When a process already answers on --socket, replace its socket atomically (rename) instead of refusing to start: the front's own upgrade.
+    /// Replace the socket of a process already answering on --socket atomically instead of refusing to start (the front's own upgrade).
     #[arg(long, env = "PDP_NODE_PROXY_TAKE_OVER")]
     pub take_over: bool,
     /// Directory of the per-instance sockets, <instance><suffix>, one set per PDP Pod.
@@ -52,10 +56,9 @@ pub struct NodeProxyFlags {
         default_value = "/var/run/cerbos/instances"
     )]
     pub instances: PathBuf,
-    /// The user (uid) whose instance sockets get connections: the directory must be owned by it and writable by
-    /// it alone, each socket owned by it and not world-writable, and the process serving it must run as it
-    /// (SO_PEERCRED). Default: the owner of --instances (which the shipped init container chowns to the PDP's
-    /// user). Anything else is refused, logged once and counted (refused_instances).
+    // The directory must be owned by it and writable by it alone, each socket owned by it and not world-writable,
+    // and the serving process must run as it (SO_PEERCRED); anything else is refused, logged and counted.
+    /// The user (uid) whose instance sockets get connections (default: the owner of --instances).
     #[arg(long, env = "PDP_NODE_PROXY_INSTANCE_OWNER")]
     pub instance_owner: Option<u32>,
     /// Suffix of the instance sockets TCP connections go to (Cerbos: its gRPC listener).
@@ -76,18 +79,18 @@ pub struct NodeProxyFlags {
     /// After SIGTERM, how long open connections get to finish before they are closed.
     #[arg(long, env = "PDP_NODE_PROXY_DRAIN_TIMEOUT", default_value = "25s", value_parser = duration_flag)]
     pub drain_timeout: Duration,
-    /// What the front may use (Kubernetes quantity: 48Mi): its connection bounds are derived from it
-    /// (docs/deployment-models.md, "Bounds"). Keep it at about 75% of the container's memory limit.
+    /// The memory the front may use, a Kubernetes quantity from which its connection bounds derive (about 75% of
+    /// the container's limit; docs/deployment-models.md, "Bounds").
     #[arg(long, env = "PDP_NODE_PROXY_MEMORY_BUDGET", default_value = "48Mi",
           value_parser = crate::size::parse_size)]
     pub memory_budget: u64,
-    /// TCP client connections served at once (default: derived from --memory-budget); at the bound, a new one takes
-    /// the place of the connection quiet the longest, or is closed at accept when every one is busy.
+    // At the bound, a new connection takes the place of the one quiet the longest, or is closed at accept when
+    // every one is busy.
+    /// TCP client connections served at once (default: derived from --memory-budget).
     #[arg(long, env = "PDP_NODE_PROXY_MAX_TCP_CONNECTIONS",
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_tcp_connections: Option<u32>,
-    /// Stable-socket client connections served at once (default: derived from --memory-budget); at the bound, as
-    /// for TCP.
+    /// Stable-socket client connections served at once (default: derived from --memory-budget).
     #[arg(long, env = "PDP_NODE_PROXY_MAX_SOCKET_CONNECTIONS",
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_socket_connections: Option<u32>,
@@ -95,40 +98,38 @@ pub struct NodeProxyFlags {
     #[arg(long, env = "PDP_NODE_PROXY_MAX_CONNECTIONS_PER_PEER", default_value_t = 128,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections_per_peer: u32,
-    /// A connection that carried no byte either way for this long is closed: far above the ping interval of
-    /// gRPC keep-alive clients (servers refuse pings more often than every 5 minutes by default), so only
-    /// clients that hold a connection and never use it lose it.
+    // Far above the ping interval of gRPC keep-alive clients (servers refuse pings more often than every 5
+    // minutes by default): only clients that hold a connection and never use it lose it.
+    /// How long a connection that carries no byte either way stays open.
     #[arg(long, env = "PDP_NODE_PROXY_IDLE_TIMEOUT", default_value = "15m", value_parser = duration_flag)]
     pub idle_timeout: Duration,
-    /// A connection older than this is told to go, as a moved one is (a GOAWAY to a gRPC client, as a gRPC
-    /// server's MaxConnectionAge does; `Connection: close` in an HTTP/1.1 answer): no client holds a place for
-    /// ever; clients reconnect at once.
+    // Told as a moved connection is: a GOAWAY to a gRPC client (a gRPC server's MaxConnectionAge), `Connection:
+    // close` in an HTTP/1.1 answer; no client holds a place for ever.
+    /// The age at which a connection is told to go, and its client reconnects.
     #[arg(long, env = "PDP_NODE_PROXY_MAX_CONNECTION_AGE", default_value = "1h", value_parser = duration_flag)]
     pub max_connection_age: Duration,
-    /// How often the front looks for a newer PDP instance and moves connections to it (see "Moving connections"
-    /// in docs/deployment-models.md); 0s never moves a connection (it stays until either side closes it).
+    /// How often the front looks for a newer PDP instance and moves connections to it; 0s never moves one
+    /// (docs/deployment-models.md, "Moving connections").
     #[arg(long, env = "PDP_NODE_PROXY_REBALANCE_INTERVAL", default_value = "250ms", value_parser = duration_flag)]
     pub rebalance_interval: Duration,
     /// How often the counters are logged, when they changed; 0s never.
     #[arg(long, env = "PDP_NODE_PROXY_STATS_INTERVAL", default_value = "60s", value_parser = duration_flag)]
     pub stats_interval: Duration,
-    /// Serving certificate chain (PEM) of the TCP address: with --tls-key, TCP clients speak TLS to the front, which forwards the decrypted bytes; the stable socket stays plaintext.
+    /// Serving certificate chain (PEM) with which TCP clients speak TLS to the front (the stable socket stays plaintext).
     #[arg(long, env = "PDP_NODE_PROXY_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// Private key (PEM) of --tls-cert.
     #[arg(long, env = "PDP_NODE_PROXY_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// CA (PEM) that every TCP client's certificate must chain to; a client without one, or with one from another CA, fails the handshake. Needs --tls-cert.
+    /// CA (PEM) that every TCP client's certificate must chain to, or its handshake fails (needs --tls-cert).
     #[arg(long, env = "PDP_NODE_PROXY_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
-    /// Also require the client certificate to name one of these SPIFFE IDs (a URI SAN), `*` standing for one
-    /// path segment: `spiffe://cluster.local/ns/shop/sa/*` admits every ServiceAccount of namespace shop. Any
-    /// certificate of the CA without an allowed ID fails the handshake. Repeat the flag, or separate with commas.
-    /// Needs --tls-client-ca.
+    /// SPIFFE IDs (URI SANs) of which a client certificate must name one, `*` standing for one path segment, as in
+    /// spiffe://cluster.local/ns/shop/sa/* (repeatable or comma-separated; needs --tls-client-ca).
     #[arg(long = "tls-client-id", env = "PDP_NODE_PROXY_TLS_CLIENT_ID", value_name = "PATTERN",
           value_delimiter = ',', requires = "tls_client_ca", value_parser = SpiffeIdPattern::parse)]
     pub tls_client_ids: Vec<SpiffeIdPattern>,
-    /// How often the TLS files are read again; a change is used from the next handshake on, a broken new file is logged and the last good one kept.
+    /// How often the TLS files are read again, a broken new file keeping the last good one.
     #[arg(long, env = "PDP_NODE_PROXY_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = duration_flag)]
     pub tls_reload_interval: Duration,
     /// Bound on a TLS handshake: a client that has not finished it by then is closed (and gives back its place).

@@ -1,13 +1,6 @@
-//! Finding the PDP instances of a route in the instance directory.
-//!
-//! **Finding instances: a directory read per new connection, no file watcher.** The directory holds a handful
-//! of sockets on a local filesystem (a hostPath under /var/run, tmpfs on most nodes); reading it and stat-ing
-//! each entry takes microseconds (BENCHMARKS.md, "Node-local front"), next to a connection that carries many
-//! checks. It is always current: no event to miss, no queue to overflow, no inotify instance or watch limit
-//! to hit on a busy node (`fs.inotify.max_user_instances` is a classic node-agent failure), no extra crate
-//! (`notify` would add a thread and its own dependency tree), and the connect attempt that follows is the
-//! readiness check a watcher could not replace anyway. It is a plain `std::fs` call on the async thread, on
-//! purpose: `tokio::fs` would send each read to the blocking pool, which costs more than the read itself.
+//! Finding the PDP instances of a route: a plain `std::fs` read of the instance directory per new connection, on
+//! the async thread, and no file watcher: a few local sockets list in microseconds (BENCHMARKS.md, "Node-local
+//! front"), no event can be missed nor inotify limit hit, and the connect that follows checks readiness anyway.
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::sync::Arc;

@@ -23,7 +23,7 @@
 //!   kubelet created (as root, mode 0755) to the PDP's or the front's user, from the project's own image
 //!   (root with CAP_CHOWN only, no shell, no third-party image).
 //!
-//! Standard library only, linked statically: it runs inside images without a C library.
+//! Linked statically: it runs inside images without a C library.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -31,49 +31,203 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-// The duration syntax of every pdp-injector flag (`120s`, `100ms`), shared as source: this binary links no
-// crate but the standard library.
+use clap::ArgMatches;
+
+// The duration syntax of every pdp-injector flag (`120s`, `100ms`), shared as source so that pdp-core's
+// dependencies stay out of this binary.
 #[path = "../../../crates/pdp-core/src/duration.rs"]
 mod duration;
 
-const USAGE: &str = "usage:
-  pdp-await install DIR                                   copy this binary to DIR/pdp-await
-  pdp-await wait --http HOST:PORT/PATH [--timeout 120s] [--interval 100ms] [--record FILE]
-                                                          exit 0 once GET answers 2xx/3xx; 1 at the timeout
-                                                          (FILE: this container's processes, for watch)
-  pdp-await watch --state DIR --stop FILE [--grace 0s] [--interval 1s]
-                                                          write FILE once no app process of the Pod has
-                                                          been left for the grace
-  pdp-await apps-done FILE                                exit 1 when FILE is not empty (the app containers
-                                                          of a run-to-completion Pod have ended)
-  pdp-await exec [--unlink-stale PATH]... -- PROGRAM [ARG]...
-                                                          remove each PATH that is a socket nobody answers
-                                                          on, then run PROGRAM in this process
-  pdp-await chown UID:GID DIR...                          give each DIR (not what is in it) to UID:GID";
-
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
-        Ok(code) => code,
-        Err(Usage(message)) => {
-            eprintln!("pdp-await: {message}\n{USAGE}");
-            ExitCode::from(2)
-        }
-    }
+/// A command line, parsed.
+#[derive(Debug)]
+enum Command {
+    Install {
+        dir: PathBuf,
+    },
+    Wait(WaitOptions),
+    Watch(WatchOptions),
+    AppsDone {
+        file: PathBuf,
+    },
+    Exec {
+        stale: Vec<PathBuf>,
+        program: Vec<String>,
+    },
+    Chown {
+        owner: Owner,
+        dirs: Vec<PathBuf>,
+    },
 }
 
-/// A command line that cannot be run.
-#[derive(Debug, PartialEq)]
-struct Usage(String);
+const ABOUT: &str = "Holds a classic sidecar's app until the PDP answers, and stops the PDP once the apps have ended.";
 
-fn run(args: &[String]) -> Result<ExitCode, Usage> {
-    match args.first().map(String::as_str) {
-        Some("install") => match &args[1..] {
-            [dir] => Ok(report(install(Path::new(dir)))),
-            _ => Err(Usage("install takes one directory".into())),
+/// The command line, in clap's builder API: its derive macro is a proc-macro, which the static build
+/// (`+crt-static` for every crate, .cargo/config.toml) cannot compile.
+fn cli() -> clap::Command {
+    use clap::{Arg, ArgAction, value_parser};
+    let path = |id: &'static str, name: &'static str| {
+        Arg::new(id)
+            .value_name(name)
+            .required(true)
+            .value_parser(value_parser!(PathBuf))
+    };
+    let flag = |id: &'static str, name: &'static str| Arg::new(id).long(id).value_name(name);
+    clap::Command::new("pdp-await")
+        .about(ABOUT)
+        .version(env!("CARGO_PKG_VERSION"))
+        .subcommand_required(true)
+        .disable_help_subcommand(true)
+        .args_override_self(true)
+        .subcommand(
+            clap::Command::new("install")
+                .about("Copy this binary to DIR/pdp-await.")
+                .arg(path("dir", "DIR")),
+        )
+        .subcommand(
+            clap::Command::new("wait")
+                .about("Exit 0 once GET answers 2xx or 3xx, 1 at the timeout.")
+                .arg(
+                    flag("http", "HOST:PORT/PATH")
+                        .help("The PDP's health check to ask.")
+                        .required(true)
+                        .value_parser(http_target),
+                )
+                .arg(
+                    flag("timeout", "DURATION")
+                        .help("How long to ask before giving up.")
+                        .default_value("120s")
+                        .value_parser(duration::duration_flag),
+                )
+                .arg(
+                    flag("interval", "DURATION")
+                        .help("The pause between two attempts (at least 10ms).")
+                        .default_value("100ms")
+                        .value_parser(interval_flag),
+                )
+                .arg(
+                    flag("record", "FILE")
+                        .help("Where to write this container's PIDs (for watch) on success.")
+                        .value_parser(value_parser!(PathBuf)),
+                ),
+        )
+        .subcommand(
+            clap::Command::new("watch")
+                .about("Write the stop file once the Pod's apps have been gone for the grace.")
+                .arg(
+                    flag("state", "DIR")
+                        .help("The shared emptyDir of the PDP's and watchers' *.pids files.")
+                        .required(true)
+                        .value_parser(value_parser!(PathBuf)),
+                )
+                .arg(
+                    flag("stop", "FILE")
+                        .help("The file apps-done reads, written once the apps have ended.")
+                        .required(true)
+                        .value_parser(value_parser!(PathBuf)),
+                )
+                .arg(
+                    flag("grace", "DURATION")
+                        .help("How long no app process must be seen first.")
+                        .default_value("0s")
+                        .value_parser(duration::duration_flag),
+                )
+                .arg(
+                    flag("interval", "DURATION")
+                        .help("The pause between two looks at the processes (at least 10ms).")
+                        .default_value("1s")
+                        .value_parser(interval_flag),
+                ),
+        )
+        .subcommand(
+            clap::Command::new("apps-done")
+                .about("Exit 1 once FILE is not empty: the Pod's app containers have ended.")
+                .arg(path("file", "FILE")),
+        )
+        .subcommand(
+            clap::Command::new("exec")
+                .about("Remove each PATH that is a socket nobody answers on, then become PROGRAM.")
+                .arg(
+                    flag("unlink-stale", "PATH")
+                        .help("A socket path to remove when nobody answers on it.")
+                        .action(ArgAction::Append)
+                        .value_parser(value_parser!(PathBuf)),
+                )
+                .arg(
+                    Arg::new("program")
+                        .value_name("PROGRAM")
+                        .help("The program and its arguments, after --.")
+                        .required(true)
+                        .last(true)
+                        .num_args(1..),
+                ),
+        )
+        .subcommand(
+            clap::Command::new("chown")
+                .about("Give each DIR (not what is in it) to UID:GID.")
+                .arg(
+                    Arg::new("owner")
+                        .value_name("UID:GID")
+                        .required(true)
+                        .value_parser(owner_ids),
+                )
+                .arg(path("dirs", "DIR").num_args(1..)),
+        )
+}
+
+/// Parses a command line (its first item is the program's name).
+fn parse<I, T>(args: I) -> Result<Command, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = cli().try_get_matches_from(args)?;
+    // clap has checked that the subcommand and every required value are there.
+    let (name, m) = matches.subcommand().expect("subcommand_required");
+    let one = |id: &str| m.get_one::<PathBuf>(id).expect("required").clone();
+    let all =
+        |id: &str| -> Vec<PathBuf> { m.get_many(id).into_iter().flatten().cloned().collect() };
+    let duration = |m: &ArgMatches, id: &str| *m.get_one::<Duration>(id).expect("defaulted");
+    Ok(match name {
+        "install" => Command::Install { dir: one("dir") },
+        "wait" => Command::Wait(WaitOptions {
+            http: m.get_one::<Target>("http").expect("required").clone(),
+            timeout: duration(m, "timeout"),
+            interval: duration(m, "interval"),
+            record: m.get_one::<PathBuf>("record").cloned(),
+        }),
+        "watch" => Command::Watch(WatchOptions {
+            state: one("state"),
+            stop: one("stop"),
+            grace: duration(m, "grace"),
+            interval: duration(m, "interval"),
+        }),
+        "apps-done" => Command::AppsDone { file: one("file") },
+        "exec" => Command::Exec {
+            stale: all("unlink-stale"),
+            program: m
+                .get_many("program")
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect(),
         },
-        Some("wait") => {
-            let options = WaitOptions::parse(&args[1..])?;
+        "chown" => Command::Chown {
+            owner: *m.get_one::<Owner>("owner").expect("required"),
+            dirs: all("dirs"),
+        },
+        other => unreachable!("subcommand {other} is not in cli()"),
+    })
+}
+
+fn main() -> ExitCode {
+    // A usage error: clap's message and exit status 2.
+    run(parse(std::env::args_os()).unwrap_or_else(|e| e.exit()))
+}
+
+fn run(command: Command) -> ExitCode {
+    match command {
+        Command::Install { dir } => report(install(&dir)),
+        Command::Wait(options) => {
             let waited = wait(&options);
             // The PDP's own processes, for the watch container of a run-to-completion Pod (never fatal).
             if waited.is_ok()
@@ -82,24 +236,17 @@ fn run(args: &[String]) -> Result<ExitCode, Usage> {
             {
                 eprintln!("pdp-await: {e}");
             }
-            Ok(report(waited))
+            report(waited)
         }
-        Some("watch") => {
-            let options = WatchOptions::parse(&args[1..])?;
-            Ok(report(watch(Path::new("/proc"), &options)))
-        }
-        Some("apps-done") => match &args[1..] {
-            [file] => Ok(match apps_done(Path::new(file)) {
-                Some(message) => {
-                    println!("pdp-await: {message}");
-                    ExitCode::from(1)
-                }
-                None => ExitCode::SUCCESS,
-            }),
-            _ => Err(Usage("apps-done takes one file".into())),
+        Command::Watch(options) => report(watch(Path::new("/proc"), &options)),
+        Command::AppsDone { file } => match apps_done(&file) {
+            Some(message) => {
+                println!("pdp-await: {message}");
+                ExitCode::from(1)
+            }
+            None => ExitCode::SUCCESS,
         },
-        Some("exec") => {
-            let (stale, program) = exec_args(&args[1..])?;
+        Command::Exec { stale, program } => {
             for path in &stale {
                 match unlink_stale(path) {
                     Ok(Some(note)) => println!("pdp-await: {note}"),
@@ -107,27 +254,19 @@ fn run(args: &[String]) -> Result<ExitCode, Usage> {
                     Err(e) => eprintln!("pdp-await: {e}"),
                 }
             }
-            Ok(report(exec(&program)))
+            report(exec(&program))
         }
-        Some("chown") => match &args[1..] {
-            [owner, dirs @ ..] if !dirs.is_empty() => {
-                let (uid, gid) = owner_ids(owner)?;
-                // Every directory, each said; the first failure is the exit status.
-                let outcomes: Vec<ExitCode> = dirs
-                    .iter()
-                    .map(|d| report(chown(Path::new(d), uid, gid)))
-                    .collect();
-                Ok(outcomes
-                    .into_iter()
-                    .find(|c| *c != ExitCode::SUCCESS)
-                    .unwrap_or(ExitCode::SUCCESS))
-            }
-            _ => Err(Usage(
-                "chown takes UID:GID and one or more directories".into(),
-            )),
-        },
-        Some(other) => Err(Usage(format!("unknown command {other:?}"))),
-        None => Err(Usage("no command".into())),
+        Command::Chown { owner, dirs } => {
+            // Every directory, each said; the first failure is the exit status.
+            let outcomes: Vec<ExitCode> = dirs
+                .iter()
+                .map(|d| report(chown(d, owner.uid, owner.gid)))
+                .collect();
+            outcomes
+                .into_iter()
+                .find(|c| *c != ExitCode::SUCCESS)
+                .unwrap_or(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -160,12 +299,21 @@ fn install(dir: &Path) -> Result<String, String> {
     Ok(format!("installed {} ({bytes} bytes)", target.display()))
 }
 
+/// The owner `chown` gives.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Owner {
+    uid: u32,
+    gid: u32,
+}
+
 /// `UID:GID`, both numeric (the image has no user database).
-fn owner_ids(text: &str) -> Result<(u32, u32), Usage> {
+fn owner_ids(text: &str) -> Result<Owner, String> {
     let parsed = text
         .split_once(':')
         .and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)));
-    parsed.ok_or_else(|| Usage(format!("owner {text:?} is not UID:GID (numbers)")))
+    parsed
+        .map(|(uid, gid)| Owner { uid, gid })
+        .ok_or_else(|| "expected UID:GID, both numbers".into())
 }
 
 /// Gives `dir` itself to `uid:gid`; a symlink is refused rather than followed, since the directory is a hostPath
@@ -186,31 +334,6 @@ fn set_executable(path: &Path) -> Result<(), String> {
     // Readable and runnable by any user: the PDP container runs as a user of its own.
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o555))
         .map_err(|e| format!("cannot make {} executable: {e}", path.display()))
-}
-
-/// `exec`'s arguments: the paths to clear, and the program with its arguments (after `--`).
-fn exec_args(args: &[String]) -> Result<(Vec<PathBuf>, Vec<String>), Usage> {
-    let split = args
-        .iter()
-        .position(|a| a == "--")
-        .ok_or_else(|| Usage("exec needs -- PROGRAM".into()))?;
-    let (flags, program) = (&args[..split], &args[split + 1..]);
-    if program.is_empty() {
-        return Err(Usage("exec needs a PROGRAM after --".into()));
-    }
-    let mut stale = Vec::new();
-    let mut rest = flags.iter();
-    while let Some(arg) = rest.next() {
-        match arg.split_once('=') {
-            Some(("--unlink-stale", v)) => stale.push(PathBuf::from(v)),
-            None if arg == "--unlink-stale" => stale.push(PathBuf::from(
-                rest.next()
-                    .ok_or_else(|| Usage("--unlink-stale needs a path".into()))?,
-            )),
-            _ => return Err(Usage(format!("unknown flag {arg:?}"))),
-        }
-    }
-    Ok((stale, program.to_vec()))
 }
 
 /// Removes `path` if it is a Unix socket that refuses connections (its process is gone); leaves anything else
@@ -246,53 +369,46 @@ fn exec(program: &[String]) -> Result<String, String> {
 }
 
 /// What `wait` checks, and for how long.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct WaitOptions {
+    /// The PDP's health check to ask, as HOST:PORT/PATH.
+    http: Target,
+    /// How long to ask before giving up.
+    timeout: Duration,
+    /// The pause between two attempts (at least 10ms).
+    interval: Duration,
+    /// Where to write the PIDs of this container's processes once the PDP answers, for `watch`.
+    record: Option<PathBuf>,
+}
+
+/// Where `wait` sends its `GET`.
+#[derive(Clone, Debug, PartialEq)]
+struct Target {
     /// `HOST:PORT`, as given.
     authority: String,
     /// The request path, with its leading `/`.
     path: String,
-    timeout: Duration,
-    interval: Duration,
-    /// Where to write the PIDs of this container's processes once the PDP answers (`--record`), for `watch`.
-    record: Option<PathBuf>,
 }
 
-impl WaitOptions {
-    fn parse(args: &[String]) -> Result<WaitOptions, Usage> {
-        let mut http = None;
-        let mut timeout = Duration::from_secs(120);
-        let mut interval = Duration::from_millis(100);
-        let mut record = None;
-        each_flag(args, |flag, value| {
-            match flag {
-                "--http" => http = Some(value),
-                "--timeout" => timeout = duration_value(flag, &value)?,
-                "--interval" => interval = duration_value(flag, &value)?,
-                "--record" => record = Some(PathBuf::from(value)),
-                _ => return Err(Usage(format!("unknown flag {flag:?}"))),
-            }
-            Ok(())
-        })?;
-        let http = http.ok_or_else(|| Usage("wait needs --http HOST:PORT/PATH".into()))?;
-        let target = http.strip_prefix("http://").unwrap_or(&http);
-        let (authority, path) = match target.find('/') {
-            Some(at) => (&target[..at], &target[at..]),
-            None => (target, "/"),
-        };
-        if authority.is_empty() || !authority.contains(':') {
-            return Err(Usage(format!(
-                "--http {http:?}: expected HOST:PORT/PATH, for example 127.0.0.1:3592/_cerbos/health"
-            )));
-        }
-        Ok(WaitOptions {
-            authority: authority.to_string(),
-            path: path.to_string(),
-            timeout,
-            interval: interval.max(Duration::from_millis(10)),
-            record,
-        })
+/// `HOST:PORT/PATH`, with or without `http://`; the path defaults to `/`.
+fn http_target(text: &str) -> Result<Target, String> {
+    let target = text.strip_prefix("http://").unwrap_or(text);
+    let (authority, path) = match target.find('/') {
+        Some(at) => (&target[..at], &target[at..]),
+        None => (target, "/"),
+    };
+    if authority.is_empty() || !authority.contains(':') {
+        return Err("expected HOST:PORT/PATH, for example 127.0.0.1:3592/_cerbos/health".into());
     }
+    Ok(Target {
+        authority: authority.to_string(),
+        path: path.to_string(),
+    })
+}
+
+/// A duration of at least 10ms, so that a loop never spins.
+fn interval_flag(text: &str) -> Result<Duration, String> {
+    duration::duration_flag(text).map(|d| d.max(Duration::from_millis(10)))
 }
 
 /// The cgroup of a process as this process sees it (the same text for every process of one container).
@@ -336,39 +452,16 @@ fn record_own(proc_root: &Path, file: &Path) -> Result<(), String> {
 }
 
 /// What `watch` needs.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct WatchOptions {
-    /// The shared emptyDir: `*.pids` files of the PDP and watch containers.
+    /// The shared emptyDir holding the `*.pids` files of the PDP and watch containers.
     state: PathBuf,
-    /// The file the PDP's liveness probe reads (`apps-done`): written once the apps have ended.
+    /// The file the PDP's liveness probe reads (`apps-done`), written once the apps have ended.
     stop: PathBuf,
-    /// How long no app process must be seen before that (`OnFailure`: longer than the kubelet's restart backoff).
+    /// How long no app process must be seen first (`OnFailure`: longer than the kubelet's restart backoff).
     grace: Duration,
+    /// The pause between two looks at the Pod's processes (at least 10ms).
     interval: Duration,
-}
-
-impl WatchOptions {
-    fn parse(args: &[String]) -> Result<WatchOptions, Usage> {
-        let (mut state, mut stop) = (None, None);
-        let mut grace = Duration::ZERO;
-        let mut interval = Duration::from_secs(1);
-        each_flag(args, |flag, value| {
-            match flag {
-                "--state" => state = Some(PathBuf::from(value)),
-                "--stop" => stop = Some(PathBuf::from(value)),
-                "--grace" => grace = duration_value(flag, &value)?,
-                "--interval" => interval = duration_value(flag, &value)?,
-                _ => return Err(Usage(format!("unknown flag {flag:?}"))),
-            }
-            Ok(())
-        })?;
-        Ok(WatchOptions {
-            state: state.ok_or_else(|| Usage("watch needs --state DIR".into()))?,
-            stop: stop.ok_or_else(|| Usage("watch needs --stop FILE".into()))?,
-            grace,
-            interval: interval.max(Duration::from_millis(10)),
-        })
-    }
 }
 
 /// The app processes of the Pod: every process but the sandbox's (PID 1), this container's, and those of the
@@ -429,43 +522,18 @@ fn watch(proc_root: &Path, options: &WatchOptions) -> Result<String, String> {
     }
 }
 
-/// Walks `--flag VALUE` and `--flag=VALUE`, handing each flag and its value to `set`.
-fn each_flag(
-    args: &[String],
-    mut set: impl FnMut(&str, String) -> Result<(), Usage>,
-) -> Result<(), Usage> {
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        let (flag, value) = match arg.split_once('=') {
-            Some((f, v)) => (f, v.to_string()),
-            None => (
-                arg.as_str(),
-                rest.next()
-                    .cloned()
-                    .ok_or_else(|| Usage(format!("{arg} needs a value")))?,
-            ),
-        };
-        set(flag, value)?;
-    }
-    Ok(())
-}
-
-fn duration_value(flag: &str, text: &str) -> Result<Duration, Usage> {
-    duration::duration_flag(text).map_err(|e| Usage(format!("{flag}: {e}")))
-}
-
 /// Asks `GET path` until the answer is 2xx or 3xx (what a Kubernetes HTTP probe counts as success), or the
 /// timeout passes.
 fn wait(options: &WaitOptions) -> Result<String, String> {
     let started = Instant::now();
     let deadline = started + options.timeout;
-    let url = format!("http://{}{}", options.authority, options.path);
+    let url = format!("http://{}{}", options.http.authority, options.http.path);
     let mut attempts = 0u32;
     loop {
         attempts += 1;
         let remaining = deadline.saturating_duration_since(Instant::now());
         let last = match probe(
-            options,
+            &options.http,
             remaining.clamp(Duration::from_millis(1), Duration::from_secs(1)),
         ) {
             Ok(status) if (200..400).contains(&status) => {
@@ -489,13 +557,13 @@ fn wait(options: &WaitOptions) -> Result<String, String> {
 }
 
 /// One `GET`: the status code of the answer.
-fn probe(options: &WaitOptions, limit: Duration) -> Result<u16, String> {
-    let addr: SocketAddr = options
+fn probe(target: &Target, limit: Duration) -> Result<u16, String> {
+    let addr: SocketAddr = target
         .authority
         .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {}: {e}", options.authority))?
+        .map_err(|e| format!("cannot resolve {}: {e}", target.authority))?
         .next()
-        .ok_or_else(|| format!("{} has no address", options.authority))?;
+        .ok_or_else(|| format!("{} has no address", target.authority))?;
     let mut stream = TcpStream::connect_timeout(&addr, limit).map_err(|e| e.to_string())?;
     stream
         .set_read_timeout(Some(limit))
@@ -505,7 +573,7 @@ fn probe(options: &WaitOptions, limit: Duration) -> Result<u16, String> {
         .map_err(|e| e.to_string())?;
     let request = format!(
         "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: pdp-await\r\nConnection: close\r\n\r\n",
-        options.path, options.authority
+        target.path, target.authority
     );
     stream
         .write_all(request.as_bytes())
@@ -564,22 +632,51 @@ mod tests {
         list.iter().map(|s| s.to_string()).collect()
     }
 
+    /// The command line `pdp-await LIST...`, parsed.
+    fn parse(list: &[&str]) -> Result<Command, clap::Error> {
+        super::parse(std::iter::once("pdp-await").chain(list.iter().copied()))
+    }
+
+    /// `pdp-await wait LIST...`'s options.
+    fn wait_options(list: &[&str]) -> Result<WaitOptions, clap::Error> {
+        match parse(&[&["wait"], list].concat())? {
+            Command::Wait(o) => Ok(o),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `pdp-await watch LIST...`'s options.
+    fn watch_options(list: &[&str]) -> Result<WatchOptions, clap::Error> {
+        match parse(&[&["watch"], list].concat())? {
+            Command::Watch(o) => Ok(o),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        cli().debug_assert();
+    }
+
     #[test]
     fn wait_options_parse() {
-        let o = WaitOptions::parse(&args(&[
-            "--http",
-            "127.0.0.1:3592/_cerbos/health",
-            "--timeout=5s",
-        ]))
-        .unwrap();
-        assert_eq!(o.authority, "127.0.0.1:3592");
-        assert_eq!(o.path, "/_cerbos/health");
+        let o = wait_options(&["--http", "127.0.0.1:3592/_cerbos/health", "--timeout=5s"]).unwrap();
+        assert_eq!(o.http.authority, "127.0.0.1:3592");
+        assert_eq!(o.http.path, "/_cerbos/health");
         assert_eq!(o.timeout, Duration::from_secs(5));
         assert_eq!(o.interval, Duration::from_millis(100));
-        let o =
-            WaitOptions::parse(&args(&["--http=http://[::1]:8014", "--interval", "50ms"])).unwrap();
-        assert_eq!((o.authority.as_str(), o.path.as_str()), ("[::1]:8014", "/"));
+        let o = wait_options(&["--http=http://[::1]:8014", "--interval", "50ms"]).unwrap();
+        assert_eq!(
+            (o.http.authority.as_str(), o.http.path.as_str()),
+            ("[::1]:8014", "/")
+        );
         assert_eq!(o.interval, Duration::from_millis(50));
+        assert_eq!(
+            wait_options(&["--http=h:1", "--interval=1ms"])
+                .unwrap()
+                .interval,
+            Duration::from_millis(10)
+        );
         for bad in [
             &["--http"][..],
             &["--timeout", "5s"],
@@ -588,7 +685,7 @@ mod tests {
             &["--http", "127.0.0.1:1/", "--timeout", "soon"],
             &["--http", "127.0.0.1:1/", "--verbose"],
         ] {
-            assert!(WaitOptions::parse(&args(bad)).is_err(), "{bad:?}");
+            assert!(wait_options(bad).is_err(), "{bad:?}");
         }
     }
 
@@ -603,7 +700,8 @@ mod tests {
             &["chown", "root", "/tmp"],
             &["sleep"],
         ] {
-            assert!(run(&args(bad)).is_err(), "{bad:?}");
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
         }
     }
 
@@ -645,12 +743,7 @@ mod tests {
     #[test]
     fn wait_returns_once_the_pdp_answers_and_not_before() {
         let addr = server(3);
-        let o = WaitOptions::parse(&args(&[
-            "--http",
-            &format!("{addr}/health"),
-            "--interval=20ms",
-        ]))
-        .unwrap();
+        let o = wait_options(&["--http", &format!("{addr}/health"), "--interval=20ms"]).unwrap();
         let message = wait(&o).unwrap();
         assert!(message.contains("with 200"), "{message}");
         assert!(message.contains("(4 attempts)"), "{message}");
@@ -663,12 +756,12 @@ mod tests {
             .unwrap()
             .local_addr()
             .unwrap();
-        let o = WaitOptions::parse(&args(&[
+        let o = wait_options(&[
             "--http",
             &format!("{addr}/health"),
             "--timeout=300ms",
             "--interval=50ms",
-        ]))
+        ])
         .unwrap();
         let started = Instant::now();
         let message = wait(&o).unwrap_err();
@@ -679,40 +772,44 @@ mod tests {
         );
         // Always unready: the last answer is named.
         let addr = server(usize::MAX);
-        let o = WaitOptions::parse(&args(&[
+        let o = wait_options(&[
             "--http",
             &format!("{addr}/health"),
             "--timeout=200ms",
             "--interval=20ms",
-        ]))
+        ])
         .unwrap();
         assert!(wait(&o).unwrap_err().contains("last: HTTP 503"));
     }
 
     #[test]
     fn exec_arguments() {
-        let (stale, program) = exec_args(&args(&[
+        let Command::Exec { stale, program } = parse(&[
+            "exec",
             "--unlink-stale",
             "/a.sock",
             "--unlink-stale=/b.sock",
             "--",
             "/flagd-build",
             "start",
-        ]))
-        .unwrap();
+            "--port=8013",
+        ])
+        .unwrap() else {
+            panic!("not exec")
+        };
         assert_eq!(
             stale,
             vec![PathBuf::from("/a.sock"), PathBuf::from("/b.sock")]
         );
-        assert_eq!(program, args(&["/flagd-build", "start"]));
-        for (bad, says) in [
-            (&["--unlink-stale", "/a"][..], "needs -- PROGRAM"),
-            (&["--"][..], "needs a PROGRAM"),
-            (&["--unlink-stale", "--"][..], "needs a PROGRAM"),
-            (&["--keep", "/a", "--", "x"][..], "unknown flag"),
+        assert_eq!(program, args(&["/flagd-build", "start", "--port=8013"]));
+        for bad in [
+            &["exec", "--unlink-stale", "/a"][..],
+            &["exec", "--"],
+            &["exec", "--unlink-stale", "--"],
+            &["exec", "--keep", "/a", "--", "x"],
+            &["exec", "/a.sock"],
         ] {
-            let Usage(message) = exec_args(&args(bad)).unwrap_err();
-            assert!(message.contains(says), "{bad:?}: {message}");
+            assert!(parse(bad).is_err(), "{bad:?}");
         }
     }
 
@@ -803,19 +900,22 @@ mod tests {
         );
         assert!(said.contains("no app process left"), "{said}");
         assert!(apps_done(&stop).is_some());
-        assert!(WatchOptions::parse(&args(&["--state", "/s"])).is_err());
-        assert_eq!(
-            WatchOptions::parse(&args(&["--state=/s", "--stop", "/s/x", "--grace", "330s"]))
-                .unwrap()
-                .grace,
-            Duration::from_secs(330)
-        );
+        assert!(watch_options(&["--state", "/s"]).is_err());
+        let o = watch_options(&["--state=/s", "--stop", "/s/x", "--grace", "330s"]).unwrap();
+        assert_eq!(o.grace, Duration::from_secs(330));
+        assert_eq!(o.interval, Duration::from_secs(1));
         std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn chown_takes_numeric_owners_and_only_directories() {
-        assert_eq!(owner_ids("10001:10001"), Ok((10001, 10001)));
+        assert_eq!(
+            owner_ids("10001:10001"),
+            Ok(Owner {
+                uid: 10001,
+                gid: 10001
+            })
+        );
         for bad in ["10001", "cerbos:cerbos", "1:", ":1", "-1:1"] {
             assert!(owner_ids(bad).is_err(), "{bad}");
         }

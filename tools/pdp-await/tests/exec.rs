@@ -59,3 +59,26 @@ fn exec_says_why_the_program_cannot_run() {
         .unwrap();
     assert_eq!(usage.status.code(), Some(2));
 }
+
+#[test]
+fn a_bad_argument_is_named_with_exit_status_2() {
+    for (args, says) in [
+        (
+            &["wait", "--http", "localhost"][..],
+            "expected HOST:PORT/PATH",
+        ),
+        (
+            &["wait", "--http=127.0.0.1:1/", "--timeout=soon"],
+            "invalid duration \"soon\"",
+        ),
+        (&["wait", "--http=127.0.0.1:1/", "--verbose"], "--verbose"),
+        (&["chown", "cerbos:cerbos", "/tmp"], "expected UID:GID"),
+        (&["sleep"], "sleep"),
+    ] {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+    }
+}
