@@ -692,27 +692,35 @@ def _(h):
 @case("reserved-priority-class-refused-on-the-real-apiserver")
 def _(h):
     # The webhook's PriorityClass (999000000) would let any Pod preempt ordinary workloads: the webhook refuses
-    # it to every Pod it reviews, opted in or not; another class passes.
+    # it to every Pod it reviews, opted in or not; another class passes. The classes made here are removed again
+    # (check --pre judges a PriorityClass no release owns as taken).
+    made = []
     if h.get("priorityclass", "pdp-injector-webhook") is None:
         h.kubectl("apply", "-f", str(REPO / "manifests/base/priorityclass.yaml"))
-    ns = h.namespace("reserved-priority")
-    p = pod("app", ns)
-    p["spec"]["priorityClassName"] = "pdp-injector-webhook"
-    out, err, rc = h.create(p)
-    check(rc != 0, "a Pod naming the webhook's PriorityClass was admitted outside pdp-system")
-    for needle in ["reserved_priority_class", "pdp-injector-webhook", "choose another priorityClassName"]:
-        check(needle in err, f"denial message lacks {needle!r}: {one_line(err)}")
-    check(h.get("pod", "app", ns) is None, "the denied Pod was stored")
-    opted = h.namespace("reserved-priority-in", {NS_LABEL: "enabled"})
-    p = pod("app", opted)
-    p["spec"]["priorityClassName"] = "pdp-injector-webhook"
-    out, err, rc = h.create(p)
-    check(rc != 0 and "reserved_priority_class" in err, f"opted-in namespace: {one_line(err)}")
+        made.append("pdp-injector-webhook")
     h.kubectl("apply", "-f", "-", input={"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                                          "metadata": {"name": "e2e-other"}, "value": 1000})
-    ok = pod("other", ns)
-    ok["spec"]["priorityClassName"] = "e2e-other"
-    h.must_create(ok)
+    made.append("e2e-other")
+    try:
+        ns = h.namespace("reserved-priority")
+        p = pod("app", ns)
+        p["spec"]["priorityClassName"] = "pdp-injector-webhook"
+        out, err, rc = h.create(p)
+        check(rc != 0, "a Pod naming the webhook's PriorityClass was admitted outside pdp-system")
+        for needle in ["reserved_priority_class", "pdp-injector-webhook", "choose another priorityClassName"]:
+            check(needle in err, f"denial message lacks {needle!r}: {one_line(err)}")
+        check(h.get("pod", "app", ns) is None, "the denied Pod was stored")
+        opted = h.namespace("reserved-priority-in", {NS_LABEL: "enabled"})
+        p = pod("app", opted)
+        p["spec"]["priorityClassName"] = "pdp-injector-webhook"
+        out, err, rc = h.create(p)
+        check(rc != 0 and "reserved_priority_class" in err, f"opted-in namespace: {one_line(err)}")
+        ok = pod("other", ns)
+        ok["spec"]["priorityClassName"] = "e2e-other"
+        h.must_create(ok)
+        h.kubectl("-n", ns, "delete", "pod", "other", "--wait=false")
+    finally:
+        h.kubectl("delete", "priorityclass", *made, check_rc=False)
 
 
 @case("unknown-profile-denied")
