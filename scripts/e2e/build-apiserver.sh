@@ -27,7 +27,14 @@ set -euo pipefail
 CACHE_DIR=${E2E_CACHE_DIR:-/var/cache/pdp-injector-e2e}
 SRC_VERSION=${E2E_KUBE_SRC_VERSION:-1.20.5+really1.20.2}
 UPSTREAM=${SRC_VERSION##*really}           # 1.20.2
-LOG="$CACHE_DIR/build-$UPSTREAM.log"
+# Source patches applied before the build (scripts/e2e/patches/*.patch, in name order); the cached binaries' names
+# carry their hash, so a changed patch set rebuilds them.
+PATCH_DIR="$(cd "$(dirname "$0")" && pwd)/patches"
+PATCHES=()
+for p in "$PATCH_DIR"/*.patch; do [ -e "$p" ] && PATCHES+=("$p"); done
+LABEL=$UPSTREAM
+[ ${#PATCHES[@]} -eq 0 ] || LABEL="$UPSTREAM-p$(cat "${PATCHES[@]}" | sha256sum | cut -c1-8)"
+LOG="$CACHE_DIR/build-$LABEL.log"
 mode=build
 case "${1:-}" in
     --packages-only) mode=packages; shift ;;
@@ -43,7 +50,7 @@ log() { printf '[build-apiserver] %s\n' "$*" >&2; }
 unavailable() { log "UNAVAILABLE: $*"; exit 3; }
 
 mkdir -p "$CACHE_DIR"
-cached() { [ -x "$CACHE_DIR/$1-$UPSTREAM" ] && "$CACHE_DIR/$1-$UPSTREAM" --version >/dev/null 2>&1; }
+cached() { [ -x "$CACHE_DIR/$1-$LABEL" ] && "$CACHE_DIR/$1-$LABEL" --version >/dev/null 2>&1; }
 if [ $mode = cached ]; then
     for c in "${COMPONENTS[@]}"; do cached "$c" || exit 1; done
     exit 0
@@ -78,7 +85,7 @@ need_pkgs() {  # install the Debian packages among "$@" that are missing
 # Runtime needs: etcd (the apiserver's store) and openssl (certs). kubectl comes with the machine image; if it is
 # missing, the cached build includes one (see below).
 need_pkgs etcd-server openssl ${E2E_EXTRA_PKGS:-}
-BUILD_PKGS="golang-go golang-github-modern-go-reflect2-dev rsync dpkg-dev make"
+BUILD_PKGS="golang-go golang-github-modern-go-reflect2-dev rsync dpkg-dev make patch"
 if [ $mode = packages ]; then
     # shellcheck disable=SC2086
     need_pkgs $BUILD_PKGS
@@ -87,10 +94,10 @@ if [ $mode = packages ]; then
 fi
 
 missing_components() { local c; for c in "${COMPONENTS[@]}"; do cached "$c" || echo "$c"; done; }
-print_paths() { local c; for c in "${COMPONENTS[@]}"; do echo "$CACHE_DIR/$c-$UPSTREAM"; done; }
+print_paths() { local c; for c in "${COMPONENTS[@]}"; do echo "$CACHE_DIR/$c-$LABEL"; done; }
 
 if [ -z "$(missing_components)" ]; then
-    for c in "${COMPONENTS[@]}"; do log "cached: $CACHE_DIR/$c-$UPSTREAM ($("$CACHE_DIR/$c-$UPSTREAM" --version))"; done
+    for c in "${COMPONENTS[@]}"; do log "cached: $CACHE_DIR/$c-$LABEL ($("$CACHE_DIR/$c-$LABEL" --version))"; done
     print_paths; exit 0
 fi
 
@@ -149,6 +156,14 @@ for f in "$R_NEW"/*.go "$R_NEW"/*.s; do
 done
 find "$R_OLD" -type f -exec touch -d "@$stamp" {} +
 
+# The patches, each changed file keeping the tree's mtime (as above).
+for p in "${PATCHES[@]}"; do
+    log "applying $(basename "$p")"
+    files=$(sed -n 's|^+++ b/||p' "$p")
+    ( cd "$TREE" && patch -p1 --forward --batch --quiet <"$p" >&2 ) || unavailable "patch $(basename "$p") does not apply"
+    for f in $files; do [ -e "$TREE/$f" ] && touch -d "@$stamp" "$TREE/$f"; done
+done
+
 export GOPATH="$WORK/gopath" GOCACHE="$WORK/gocache" GO111MODULE=off GOPROXY=off GOFLAGS= GOTOOLCHAIN=local
 # The Go build cache outlives the tree (unpacked at the same path every time, so its entries match): building
 # more components of this source version later recompiles only what they add. Kubernetes' build scripts set
@@ -166,9 +181,9 @@ log "built ${MISSING[*]} in $(( $(date +%s) - start ))s"
 for c in "${MISSING[@]}"; do
     out=$(ls "$TREE/_output/bin/$c" "$TREE"/_output/local/bin/*/*/"$c" 2>/dev/null | head -1)
     [ -x "$out" ] || unavailable "build produced no $c"
-    bin="$CACHE_DIR/$c-$UPSTREAM"
+    bin="$CACHE_DIR/$c-$LABEL"
     install -m 0755 "$out" "$bin.tmp" && mv "$bin.tmp" "$bin"
-    echo "kubernetes source package $DEB_VERSION, reflect2 replaced by Debian's $(dpkg-query -W -f='${Version}' golang-github-modern-go-reflect2-dev), $(go version)" >"$bin.source"
+    echo "kubernetes source package $DEB_VERSION, reflect2 replaced by Debian's $(dpkg-query -W -f='${Version}' golang-github-modern-go-reflect2-dev), patches: ${PATCHES[*]##*/}, $(go version)" >"$bin.source"
     log "cached: $bin ($("$bin" --version))"
 done
 rm -rf "$WORK"

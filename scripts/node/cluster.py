@@ -525,9 +525,19 @@ def drain_pods():
     if p.returncode != 0:
         log(f"deleting the Pods failed: {p.stderr.strip()[-300:]}")
         return
+    left = lambda: kubectl("get", "pods", "-A", "-o", "name", check=False).stdout.strip()  # noqa: E731
     try:
-        wait_for("every Pod gone", lambda: kubectl("get", "pods", "-A", "-o", "name", check=False).stdout.strip()
-                 == "", 90, interval=1)
+        wait_for("every Pod gone", lambda: left() == "", 30, interval=1)
+        return
+    except RuntimeError as e:
+        log(str(e))
+    # What holds them (a volume whose driver went first, a container that ignores SIGTERM), then force them away:
+    # the kubelet still stops their sandboxes.
+    log("Pods left:\n" + kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout.rstrip())
+    kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=0", "--force", "--wait=false",
+            check=False)
+    try:
+        wait_for("every Pod gone after a forced deletion", lambda: left() == "", 30, interval=1)
     except RuntimeError as e:
         log(str(e))
 
