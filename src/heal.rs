@@ -151,25 +151,19 @@ impl Healer {
         let empty = BTreeMap::new();
         let mut seen: Vec<Seen> = Vec::new();
         let pods = Api::<Pod>::all(self.client.clone());
-        let mut params = ListParams::default().limit(500);
-        loop {
-            let page = pods.list(&params).await?;
-            for pod in &page.items {
+        crate::check::gather::each_page(pods, ListParams::default(), |page| {
+            for pod in &page {
                 let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-                if let Some(s) = heal::see(
+                seen.extend(heal::see(
                     pod,
                     labels.get(ns).unwrap_or(&empty),
                     &config,
                     &self.options.drifts,
-                ) {
-                    seen.push(s);
-                }
+                ));
             }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
-            }
-        }
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("listing Pods: {e}"))?;
         self.metrics
             .to_heal
             .set(seen.iter().filter(|s| s.drift.is_some()).count() as i64);

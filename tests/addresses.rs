@@ -41,7 +41,8 @@ fn expand(text: &str, defined: &BTreeMap<String, String>) -> String {
     out
 }
 
-/// The environment the app sees, in order, with `status.hostIP` = `host_ip` and `spec.nodeName` = `node-1`.
+/// The environment the app sees, in order, with `status.hostIP` = `host_ip`, `spec.nodeName` = `node-1` and no
+/// annotations.
 fn container_env(env: &[EnvVar], host_ip: &str) -> BTreeMap<String, String> {
     let mut defined = BTreeMap::new();
     for e in env {
@@ -51,6 +52,10 @@ fn container_env(env: &[EnvVar], host_ip: &str) -> BTreeMap<String, String> {
         ) {
             (_, Some(f)) if f.field_path == "status.hostIP" => host_ip.to_string(),
             (_, Some(f)) if f.field_path == "spec.nodeName" => "node-1".to_string(),
+            // The Pods here carry no flag sets annotation: the kubelet gives the empty string.
+            (_, Some(f)) if f.field_path == "metadata.annotations['pdp-injector.io/flag-sets']" => {
+                String::new()
+            }
             (_, Some(f)) => panic!("unexpected field {}", f.field_path),
             (Some(v), None) => expand(v, &defined),
             (None, None) => String::new(),

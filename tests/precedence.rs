@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use pdp_injector::config::{Config, Mode};
-use pdp_injector::core::{Decision, NamespaceInfo, Reason, decide_pod};
+use pdp_injector::core::{Decision, NamespaceInfo, Outcome, Reason, decide_pod, inject_json};
 
 fn pod(annotation: Option<&str>, label: Option<&str>) -> Pod {
     let mut meta = serde_json::json!({"name": "p"});
@@ -639,4 +639,53 @@ fn the_webhooks_own_priority_class_is_refused_to_every_other_pod() {
     // Another class is the Pod's own business.
     let o = outcome_of(pod("high", serde_json::json!({})), &ns(None));
     assert_eq!(o.reason(), Reason::NotOptedIn, "{o:?}");
+}
+
+#[test]
+fn flag_sets_annotation_reaches_the_selector_variable_or_is_refused_when_malformed() {
+    let config = Config::builtin();
+    let pod = |profile: &str, flag_sets: &str| {
+        serde_json::json!({
+            "metadata": {"name": "p", "annotations": {
+                "pdp-injector.io/inject": "daemonset", "pdp-injector.io/profile": profile,
+                "pdp-injector.io/flag-sets": flag_sets}},
+            "spec": {"containers": [{"name": "app", "image": "x"}]}
+        })
+        .to_string()
+    };
+    let field = "metadata.annotations['pdp-injector.io/flag-sets']";
+    let Outcome::Injected(ok) = inject_json(
+        &pod("flagd", "team/app, configmap/team/more"),
+        &ns(None),
+        &config,
+    ) else {
+        panic!("a well-formed flag sets annotation was not wired");
+    };
+    let patch = patch_text(&ok);
+    assert!(
+        patch.contains("FLAGD_SOURCE_SELECTOR") && patch.contains(field),
+        "{patch}"
+    );
+
+    let Outcome::Denied(d) = inject_json(&pod("flagd", "team/app,team"), &ns(None), &config) else {
+        panic!("a malformed flag sets annotation was admitted");
+    };
+    assert_eq!(d.reason, Reason::InvalidAnnotation);
+    assert!(
+        d.message.contains("pdp-injector.io/flag-sets")
+            && d.message.contains("\"team\" is not a flag set"),
+        "{}",
+        d.message
+    );
+    // A profile without a selector variable ignores the annotation: cerbos gets no such variable.
+    let Outcome::Injected(cerbos) = inject_json(&pod("cerbos", "team"), &ns(None), &config) else {
+        panic!("the cerbos profile judged a flag sets annotation it does not use");
+    };
+    assert!(!patch_text(&cerbos).contains(field));
+}
+
+fn patch_text(injected: &pdp_injector::core::Injected) -> String {
+    let mut out = Vec::new();
+    injected.patch.write_json(&mut out);
+    String::from_utf8(out).unwrap()
 }

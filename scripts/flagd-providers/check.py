@@ -4,8 +4,8 @@ For every flagd profile and mode, `pdp-injector inject` wires a Pod; the app con
 computed as the kubelet would (the Downward API's node address, `$(VAR)` references), and each provider, the
 Python one (openfeature-provider-flagd) and the JavaScript one (@openfeature/flagd-provider), is built from that
 environment alone in its own process (probe.py, probe.js: nothing passed in code). Each case asserts what the
-provider resolved to: the resolver, host, port, socket path and TLS (on or off, the CA file it read, and the
-name TLS is checked against). No flagd runs: this checks the wiring as the providers read it, not flagd.
+provider resolved to: the resolver, host, port, socket path, TLS (on or off, the CA file it read, and the
+name TLS is checked against) and, in-process, the selector its sync stream sends. No flagd runs: this checks the wiring as the providers read it, not flagd.
 
 One PASS/FAIL line per case and provider, then `N passed, M failed`; exit status 1 when any failed.
 
@@ -31,14 +31,15 @@ NODE_IP = "10.0.1.7"
 NODE_NAME = "node-1"
 
 
-def pod(profile, mode):
+def pod(profile, mode, flag_sets=None):
+    flag_sets = {"pdp-injector.io/flag-sets": flag_sets} if flag_sets else {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": "web",
             "namespace": "shop",
-            "annotations": {"pdp-injector.io/inject": mode, "pdp-injector.io/profile": profile},
+            "annotations": {"pdp-injector.io/inject": mode, "pdp-injector.io/profile": profile, **flag_sets},
         },
         "spec": {"containers": [{"name": "web", "image": "registry.example/web:2"}]},
     }
@@ -52,10 +53,14 @@ def namespace(level):
     }
 
 
-def expect(resolver, host=None, port=None, socket=None, tls=False, ca=None, name=None):
+def expect(resolver, host=None, port=None, socket=None, tls=False, ca=None, name=None, selector=None):
     """What a provider must resolve to. `name` is the name TLS is checked against (JavaScript: grpc-js's
-    servername; Python: the authority override the provider passes to gRPC, None when it passes none)."""
-    return {"resolver": resolver, "host": host, "port": port, "socket": socket, "tls": tls, "ca": ca, "name": name}
+    servername; Python: the authority override the provider passes to gRPC, None when it passes none).
+    `selector`, for in-process: the flag sets its sync stream asks for ("" without the annotation)."""
+    want = {"resolver": resolver, "host": host, "port": port, "socket": socket, "tls": tls, "ca": ca, "name": name}
+    if resolver == "in-process":
+        want["selector"] = selector or ""
+    return want
 
 
 def cases(tls_dir):
@@ -84,6 +89,10 @@ def cases(tls_dir):
         ("flagd-in-process, daemonset (the front's port 8015)", BASE_CONFIG,
          [pod("flagd-in-process", "daemonset")],
          expect("in-process", NODE_IP, 8015), expect("in-process", NODE_IP, 8015)),
+        ("flagd-in-process, daemonset, flag sets named by the Pod's pdp-injector.io/flag-sets", BASE_CONFIG,
+         [pod("flagd-in-process", "daemonset", "shop/app-flags,configmap/shop/more")],
+         expect("in-process", NODE_IP, 8015, selector="shop/app-flags,configmap/shop/more"),
+         expect("in-process", NODE_IP, 8015, selector="shop/app-flags,configmap/shop/more")),
         ("flagd-in-process, daemonset, restricted namespace", BASE_CONFIG,
          [namespace("restricted"), pod("flagd-in-process", "daemonset")],
          expect("in-process", NODE_IP, 8015), expect("in-process", NODE_IP, 8015)),
@@ -125,14 +134,20 @@ def injected_env(binary, config, documents):
         raise RuntimeError(f"pdp-injector inject failed: {out.stderr.strip()}")
     pods = [d for d in yaml.safe_load_all(out.stdout) if d and d.get("kind") == "Pod"]
     app = next(c for c in pods[0]["spec"]["containers"] if c["name"] == "web")
+    annotations = pods[0]["metadata"].get("annotations") or {}
     env = {}
     for var in app.get("env", []):
+        field = var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        annotation = re.fullmatch(r"metadata\.annotations\['([^']+)'\]", field or "")
         if "value" in var:
             env[var["name"]] = expand(var["value"], env)
-        elif var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "status.hostIP":
+        elif field == "status.hostIP":
             env[var["name"]] = NODE_IP
-        elif var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
+        elif field == "spec.nodeName":
             env[var["name"]] = NODE_NAME
+        elif annotation:
+            # The kubelet gives an absent annotation as the empty string.
+            env[var["name"]] = annotations.get(annotation.group(1), "")
         else:
             raise RuntimeError(f"variable {var['name']}: a source this check does not model: {var}")
     return env
@@ -195,7 +210,8 @@ def main():
                 passed += 1
                 where = got["socket"] or f"{got['host']}:{got['port']}"
                 tls = f"TLS (CA {got['ca']}, name {got['name']})" if got["tls"] else "plaintext"
-                print(f"PASS {label}: {got['resolver']} {where} {tls}", flush=True)
+                sets = f", selector {got['selector']!r}" if "selector" in want else ""
+                print(f"PASS {label}: {got['resolver']} {where} {tls}{sets}", flush=True)
     print(f"flagd-providers: {passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
 

@@ -49,4 +49,8 @@ console.log(JSON.stringify({
   servername,
   authority: internal.options['grpc.default_authority'] ?? null,
   target,
+  // What the sync stream asks for (in-process), or the header RPC calls carry.
+  selector: inProcess
+    ? service._dataFetcher._request.selector
+    : (service._metadata.get('flagd-selector')[0] ?? ''),
 }));

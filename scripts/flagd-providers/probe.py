@@ -56,4 +56,5 @@ print(json.dumps({
     "ca": ca_file,
     "authority": options.get("grpc.ssl_target_name_override") or options.get("grpc.default_authority"),
     "target": target,
+    "selector": config.selector or "",
 }))

@@ -53,7 +53,11 @@ fn why(e: kube::Error) -> String {
 }
 
 /// Lists page by page, handing each page to `each`: what is held at once is one page.
-async fn each_page<K>(api: Api<K>, params: ListParams, mut each: impl FnMut(Vec<K>)) -> Read<()>
+pub(crate) async fn each_page<K>(
+    api: Api<K>,
+    params: ListParams,
+    mut each: impl FnMut(Vec<K>),
+) -> Read<()>
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::StatusCode;
 use clap::{Args, ValueEnum};
 use pdp_flagsync::metrics::Metrics;
 use pdp_flagsync::relay::{self as source_relay, RelayService, TokenReviewer};
@@ -239,38 +238,19 @@ async fn management(
     store: Arc<Store>,
     registry: Arc<Registry>,
 ) -> anyhow::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
-    let app = axum::Router::new()
-        .route("/healthz", axum::routing::get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            axum::routing::get(move || {
-                let ready = store.current().ready;
-                async move {
-                    if ready {
-                        (StatusCode::OK, "ready")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "flag sets not listed yet")
-                    }
+    let app = super::management::router(registry).route(
+        "/readyz",
+        axum::routing::get(move || {
+            let ready = store.current().ready;
+            async move {
+                if ready {
+                    (StatusCode::OK, "ready")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "flag sets not listed yet")
                 }
-            }),
-        )
-        .route(
-            "/metrics",
-            axum::routing::get(move || {
-                let mut text = String::new();
-                let result = prometheus_client::encoding::text::encode(&mut text, &registry);
-                async move {
-                    match result {
-                        Ok(()) => (
-                            [(header::CONTENT_TYPE, crate::webhook::metrics::CONTENT_TYPE)],
-                            text,
-                        )
-                            .into_response(),
-                        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-                    }
-                }
-            }),
-        );
+            }
+        }),
+    );
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;

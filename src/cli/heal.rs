@@ -7,8 +7,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
 use clap::Args;
 use prometheus_client::registry::Registry;
 
@@ -70,25 +68,7 @@ async fn run_async(args: HealArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.management_listen))?;
     let registry = std::sync::Arc::new(registry);
-    let app = axum::Router::new()
-        .route("/healthz", axum::routing::get(|| async { "ok" }))
-        .route(
-            "/metrics",
-            axum::routing::get(move || {
-                let mut text = String::new();
-                let result = prometheus_client::encoding::text::encode(&mut text, &registry);
-                async move {
-                    match result {
-                        Ok(()) => (
-                            [(header::CONTENT_TYPE, crate::webhook::metrics::CONTENT_TYPE)],
-                            text,
-                        )
-                            .into_response(),
-                        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-                    }
-                }
-            }),
-        );
+    let app = super::management::router(registry);
     tokio::spawn(async move { axum::serve(listener, app).await });
     let mut drifts: BTreeSet<Drift> = HEALED.into_iter().collect();
     if !args.stale_config {

@@ -10,6 +10,7 @@ mod heal;
 mod hooks;
 mod inject;
 mod logging;
+mod management;
 mod node;
 mod serve;
 

@@ -1,7 +1,8 @@
 //! The pure core of pdp-injector (docs/architecture.md). Its `Cargo.toml` has no async runtime, web framework,
 //! Kubernetes client, logging or command line: whatever needs them lives in the binary crate, which uses this
 //! one. Layers, each using only those above it:
-//! - [`names`], [`duration`], [`size`]: the names of the contract and the syntax of durations and sizes;
+//! - [`names`], [`duration`], [`size`], [`flag_sets`]: the names of the contract and the syntax of durations,
+//!   sizes and flag set selectors;
 //! - [`json`]: the reader of JSON text (serde_json's answers, sooner);
 //! - [`config`]: the admin's configuration, its built-ins, its validation, and its fit to one cluster;
 //! - [`core`]: decide, render, patch, pure and synchronous ([`core::inject`]);
@@ -16,6 +17,7 @@ pub mod check;
 pub mod config;
 pub mod core;
 pub mod duration;
+pub mod flag_sets;
 pub mod json;
 pub mod names;
 pub mod offline;

@@ -12,6 +12,9 @@ pub const ANNOTATION_PROFILE: &str = "pdp-injector.io/profile";
 pub const ANNOTATION_CONTAINERS: &str = "pdp-injector.io/containers";
 /// Annotation the webhook writes on every Pod it injected: JSON describing what it did.
 pub const ANNOTATION_STATUS: &str = "pdp-injector.io/status";
+/// Pod annotation naming the flag sets the Pod reads (`pdp_core::flag_sets`), given to its app containers as the
+/// profile's `envNames.selector` (flagd's `FLAGD_SOURCE_SELECTOR`).
+pub const ANNOTATION_FLAG_SETS: &str = "pdp-injector.io/flag-sets";
 /// Namespace label that opts a whole namespace in or out and picks its mode.
 pub const LABEL_NAMESPACE_INJECTION: &str = "pdp-injector.io/injection";
 /// Namespace label (value `"true"`) that makes injection required: no Pod opt-out, no status annotation the Pod

@@ -1,14 +1,14 @@
 //! What one stream may read: its selector resolved against its caller's namespace.
 //!
-//! A selector is a comma list of flag sets, each `NAMESPACE/NAME` (any kind) or prefixed with its kind:
-//! `core.openfeature.dev/NAMESPACE/NAME` (flagd's own spelling for a FeatureFlag), `configmap/...`, `file/...`.
-//! An empty selector means every set of the caller's namespace and of the shared namespace. A set of any other
-//! namespace is refused, whatever else the selector names.
+//! The selector's syntax is `pdp_core::flag_sets` (the webhook checks the same annotation at admission). An empty
+//! selector means every set of the caller's namespace and of the shared namespace. A set of any other namespace
+//! is refused, whatever else the selector names.
+
+use pdp_core::flag_sets::{self, SyntaxError};
 
 use crate::set::{Origin, SetId};
 
-/// The most sets one selector may name.
-pub const MAX_ITEMS: usize = 64;
+pub use pdp_core::flag_sets::MAX_ITEMS;
 
 /// The identity a stream is scoped to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,14 +30,9 @@ pub enum SelectorError {
         caller: String,
         shared: String,
     },
-    /// It is not of the selector's form.
-    #[error(
-        "selector {item:?} is not a flag set: use NAMESPACE/NAME, core.openfeature.dev/NAMESPACE/NAME, configmap/NAMESPACE/NAME or file/NAMESPACE/NAME"
-    )]
-    Invalid { item: String },
-    /// It names more sets than [`MAX_ITEMS`].
-    #[error("the selector names {0} flag sets; at most {MAX_ITEMS} are allowed")]
-    TooMany(usize),
+    /// It is not of the selector's form, or names too many sets.
+    #[error(transparent)]
+    Syntax(#[from] SyntaxError),
 }
 
 /// One element of a selection: a kind (or any), a namespace, a name (or every set of the namespace).
@@ -67,14 +62,7 @@ impl Selection {
         caller: &Caller,
         shared: &str,
     ) -> Result<Selection, SelectorError> {
-        let items: Vec<&str> = selector
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .collect();
-        if items.len() > MAX_ITEMS {
-            return Err(SelectorError::TooMany(items.len()));
-        }
+        let items = flag_sets::parse(selector)?;
         if items.is_empty() {
             let mut all = vec![Pattern {
                 origin: None,
@@ -92,15 +80,24 @@ impl Selection {
         }
         let mut patterns = Vec::with_capacity(items.len());
         for item in items {
-            let pattern = parse_item(item)?;
-            if pattern.namespace != caller.namespace && pattern.namespace != shared {
+            if item.namespace != caller.namespace && item.namespace != shared {
                 return Err(SelectorError::Forbidden {
-                    item: item.to_string(),
-                    namespace: pattern.namespace,
+                    item: item
+                        .origin
+                        .map_or(String::new(), |o| format!("{}/", o.prefix()))
+                        + item.namespace
+                        + "/"
+                        + item.name,
+                    namespace: item.namespace.to_string(),
                     caller: caller.namespace.clone(),
                     shared: shared.to_string(),
                 });
             }
+            let pattern = Pattern {
+                origin: item.origin,
+                namespace: item.namespace.to_string(),
+                name: Some(item.name.to_string()),
+            };
             patterns.push(pattern);
         }
         Ok(Selection(patterns))
@@ -117,37 +114,6 @@ impl Selection {
         }
         picked
     }
-}
-
-fn parse_item(item: &str) -> Result<Pattern, SelectorError> {
-    let invalid = || SelectorError::Invalid {
-        item: item.to_string(),
-    };
-    let (origin, rest) = [Origin::FeatureFlag, Origin::ConfigMap, Origin::File]
-        .into_iter()
-        .find_map(|o| {
-            item.strip_prefix(o.prefix())
-                .and_then(|r| r.strip_prefix('/'))
-                .map(|r| (Some(o), r))
-        })
-        .unwrap_or((None, item));
-    let (namespace, name) = rest.split_once('/').ok_or_else(invalid)?;
-    if !is_name(namespace) || !is_name(name) {
-        return Err(invalid());
-    }
-    Ok(Pattern {
-        origin,
-        namespace: namespace.to_string(),
-        name: Some(name.to_string()),
-    })
-}
-
-/// A Kubernetes object name: DNS subdomain characters, at most 253.
-fn is_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
 }
 
 #[cfg(test)]
@@ -221,14 +187,16 @@ mod tests {
         for bad in ["team-a", "team-a/", "/x", "Team-A/x", "team-a/x/y"] {
             assert_eq!(
                 Selection::resolve(bad, &team_a(), "pdp-system"),
-                Err(SelectorError::Invalid { item: bad.into() }),
+                Err(SelectorError::Syntax(SyntaxError::Invalid {
+                    item: bad.into()
+                })),
                 "{bad}"
             );
         }
         let many = vec!["team-a/x"; MAX_ITEMS + 1].join(",");
         assert_eq!(
             Selection::resolve(&many, &team_a(), "pdp-system"),
-            Err(SelectorError::TooMany(MAX_ITEMS + 1))
+            Err(SelectorError::Syntax(SyntaxError::TooMany(MAX_ITEMS + 1)))
         );
     }
 }

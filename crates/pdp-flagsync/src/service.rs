@@ -192,9 +192,7 @@ impl SyncService {
         Selection::resolve(selector, &caller, &self.shared_namespace).map_err(|e| {
             let status = match e {
                 SelectorError::Forbidden { .. } => Status::permission_denied(e.to_string()),
-                SelectorError::Invalid { .. } | SelectorError::TooMany(_) => {
-                    Status::invalid_argument(e.to_string())
-                }
+                SelectorError::Syntax(_) => Status::invalid_argument(e.to_string()),
             };
             self.metrics
                 .refuse(if status.code() == tonic::Code::PermissionDenied {

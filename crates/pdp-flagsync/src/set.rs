@@ -4,27 +4,7 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-/// Where a flag set comes from; a selector may name the kind (`core.openfeature.dev/NS/NAME`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Origin {
-    /// A FeatureFlag object, `core.openfeature.dev/v1beta1` (the OpenFeature operator's CRD).
-    FeatureFlag,
-    /// A ConfigMap labelled `pdp-injector.io/flags: "true"`, its `*.flagd.json` keys.
-    ConfigMap,
-    /// A file `DIR/NAMESPACE/NAME.flagd.json` of the directory source.
-    File,
-}
-
-impl Origin {
-    /// The selector prefix that names this kind.
-    pub fn prefix(self) -> &'static str {
-        match self {
-            Origin::FeatureFlag => "core.openfeature.dev",
-            Origin::ConfigMap => "configmap",
-            Origin::File => "file",
-        }
-    }
-}
+pub use pdp_core::flag_sets::Origin;
 
 /// A flag set's identity: kind, namespace, name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

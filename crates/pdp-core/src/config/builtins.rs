@@ -86,6 +86,7 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
             tls_key: None,
             fallback_address: Some("CERBOS_PDP_FALLBACK_ADDR".into()),
             fallback_http_address: Some("CERBOS_PDP_FALLBACK_HTTP_ADDR".into()),
+            selector: None,
         },
         host_field: HostField::HostIp,
         socket: SocketSpec {
@@ -160,6 +161,7 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
             tls_key: None,
             fallback_address: None,
             fallback_http_address: None,
+            selector: Some("FLAGD_SOURCE_SELECTOR".into()),
         },
         host_field: HostField::HostIp,
         socket: SocketSpec {

@@ -184,6 +184,10 @@ pub struct EnvNames {
     /// With `fallback` and `httpPort`: the central Service's HTTP `host:port` (`CERBOS_PDP_FALLBACK_HTTP_ADDR`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback_http_address: Option<String>,
+    /// The variable that carries the Pod's `pdp-injector.io/flag-sets` annotation (by the Downward API, empty
+    /// when the Pod has none), for providers that choose flag sets (flagd's `FLAGD_SOURCE_SELECTOR`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
 }
 
 /// The names of the TLS variables, resolved: what `envNames` sets, else the built-in profile's names.

@@ -115,6 +115,7 @@ pub(super) fn validate_profile(name: &str, p: &Profile) -> Result<(), ConfigErro
     ];
     names.extend(n.port.clone().map(|v| ("port", v)));
     names.extend(n.http_address.clone().map(|v| ("httpAddress", v)));
+    names.extend(n.selector.clone().map(|v| ("selector", v)));
     for own in [
         &n.tls,
         &n.tls_ca,

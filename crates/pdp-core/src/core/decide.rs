@@ -602,6 +602,15 @@ pub fn plan_profile<'c>(
             ),
         });
     }
+    if profile.env_names.selector.is_some()
+        && let Some(value) = pod.annotation(ANNOTATION_FLAG_SETS)
+        && let Err(e) = crate::flag_sets::parse(value)
+    {
+        return Err(Denial {
+            reason: Reason::InvalidAnnotation,
+            message: format!("invalid value {value:?} for annotation {ANNOTATION_FLAG_SETS}: {e}"),
+        });
+    }
     Ok(profile)
 }
 

@@ -7,6 +7,7 @@ use super::Wiring;
 use crate::config::{HostField, Mode, NodeAddressFamily, Profile};
 use crate::core::view::{ContainerView, EnvEntry, Str};
 use crate::core::{Warning, WarningCode};
+use crate::names::ANNOTATION_FLAG_SETS;
 
 /// The variables an app container receives, in the order they are prepended.
 ///
@@ -88,23 +89,33 @@ pub fn app_env(profile: &Profile, wiring: Wiring) -> Vec<EnvVar> {
             env.push(value(&t.key, tls.file("tls.key")));
         }
     }
+    if let Some(var) = &names.selector {
+        env.push(field_var(
+            var,
+            &format!("metadata.annotations['{ANNOTATION_FLAG_SETS}']"),
+        ));
+    }
     env.extend(profile.app_env.iter().cloned());
     env
 }
 
-/// The node's address variable of daemonset mode, from the Downward API field the profile names.
-pub(super) fn node_host_var(profile: &Profile) -> EnvVar {
+fn field_var(name: &str, field_path: &str) -> EnvVar {
     EnvVar {
-        name: profile.env_names.host.clone(),
+        name: name.to_string(),
         value: None,
         value_from: Some(EnvVarSource {
             field_ref: Some(ObjectFieldSelector {
                 api_version: Some("v1".into()),
-                field_path: profile.host_field.field_path().into(),
+                field_path: field_path.into(),
             }),
             ..Default::default()
         }),
     }
+}
+
+/// The node's address variable of daemonset mode, from the Downward API field the profile names.
+pub(super) fn node_host_var(profile: &Profile) -> EnvVar {
+    field_var(&profile.env_names.host, profile.host_field.field_path())
 }
 
 /// `$(HOST):port` on the node, as the kubelet expands it. It cannot add brackets on its own: an IPv6 node
