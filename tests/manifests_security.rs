@@ -1095,6 +1095,7 @@ const PINNED_GRANTS: &[&str] = &[
     "ClusterRole /pdp-injector-check: storage.k8s.io/csinodes get",
     "ClusterRole /pdp-injector-check: storage.k8s.io/csinodes list",
     "Role pdp-system/pdp-injector-check: /configmaps[pdp-injector-config] get",
+    "Role pdp-system/pdp-injector-check: /pods/proxy get",
     // The node-local flagd (components/flagd-node): its flag definitions, in its own namespace.
     "Role flagd-node/flagd-node-featureflags: core.openfeature.dev/featureflags get",
     "Role flagd-node/flagd-node-featureflags: core.openfeature.dev/featureflags list",

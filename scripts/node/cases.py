@@ -1684,6 +1684,43 @@ def _(shared):
                    f"{one_line(kubectl('-n', 'pdp-flags', 'logs', 'ds/pdp-flag-relay', check_rc=False).stdout[-1500:], 1500)}")
     figure(f"  the relay followed the returned source: generation {seen['relay']:.0f}")
 
+    # check: every relay at the source's generation; then the relay cut from the source (both directions of its
+    # stream dropped on the node) while a change is made: check names the relay behind, and it follows once the
+    # path is back.
+    def run_check():
+        binary = os.environ.get("PDP_INJECTOR_BIN") or str(REPO / "target/debug/pdp-injector")
+        p = subprocess.run([binary, "check", "-A", "-o", "json"], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "KUBECONFIG": KUBECONFIG})
+        try:
+            findings = [f for s in json.loads(p.stdout)["sections"] for f in s["findings"]]
+        except (ValueError, KeyError):
+            raise Fail(f"check -o json gave no report (exit {p.returncode}): {one_line(p.stdout + p.stderr, 800)}")
+        return {f["code"]: f for f in findings if f["code"].startswith("flag_")}
+    found = run_check()
+    check("flag_relays_current" in found and "flag_relay_behind" not in found,
+          f"check does not see the relay current: {found}")
+    cut = [["INPUT", "-s", source_ip, "-p", "tcp", "--sport", "8015", "-j", "DROP"],
+           ["OUTPUT", "-d", source_ip, "-p", "tcp", "--dport", "8015", "-j", "DROP"]]
+    for rule in cut:
+        subprocess.run(["iptables", "-I", *rule], check=True)
+    try:
+        before = relay_metric("pdp_flag_sync_upstream_generation ")
+        set_banner(ns, "while-the-relay-is-cut")
+        time.sleep(1)
+        found = run_check()
+        behind = found.get("flag_relay_behind")
+        check(behind and f"generation {before:.0f}" in behind["message"],
+              f"check does not name the cut relay behind (its generation {before:.0f}): {found}")
+        figure(f"  check: {behind['subject']}: {behind['message'][:120]}")
+    finally:
+        for rule in cut:
+            subprocess.run(["iptables", "-D", *rule], check=False)
+    wait_for("the relay to follow again once its path to the source is back",
+             lambda: relay_metric("pdp_flag_sync_upstream_generation ") > before, 120)
+    found = run_check()
+    check("flag_relays_current" in found, f"check does not see the relay current again: {found}")
+    figure("  the relay followed again once its path was back; check: flag_relays_current")
+
 
 
 @case("helm-upgrade-switches-the-default-model-check-names-the-pods-to-restart")

@@ -521,11 +521,25 @@ def drain_pods():
     if not (alive("kube-apiserver") and alive("kubelet") and ADMIN_KUBECONFIG.exists()):
         return
     stop("kube-controller-manager")  # nothing re-creates what is deleted now
+    left = lambda: kubectl("get", "pods", "-A", "-o", "name", check=False).stdout.strip()  # noqa: E731
+    # The apps first, while the node's components still serve them: a Pod whose CSI volume outlives the node
+    # plugin cannot be unmounted by the kubelet.
+    node_components = {"pdp-node", "pdp-flags"}
+    listed = kubectl("get", "pods", "-A", "-o", "jsonpath={range .items[*]}{.metadata.namespace}{'\\n'}{end}",
+                     check=False).stdout.split()
+    for ns in sorted(set(listed) - node_components):
+        kubectl("-n", ns, "delete", "pods", "--all", "--grace-period=2", "--wait=false", check=False)
+    try:
+        wait_for("the apps' Pods gone", lambda: all(
+            line.split("/")[0] in node_components for line in
+            kubectl("get", "pods", "-A", "-o", "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}"
+                    "{'\\n'}{end}", check=False).stdout.split()), 30, interval=1)
+    except RuntimeError as e:
+        log(str(e))
     p = kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=2", "--wait=false", check=False)
     if p.returncode != 0:
         log(f"deleting the Pods failed: {p.stderr.strip()[-300:]}")
         return
-    left = lambda: kubectl("get", "pods", "-A", "-o", "name", check=False).stdout.strip()  # noqa: E731
     try:
         wait_for("every Pod gone", lambda: left() == "", 30, interval=1)
         return

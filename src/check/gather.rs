@@ -19,8 +19,8 @@ use rustls_pki_types::ServerName;
 use serde::de::DeserializeOwned;
 
 use super::analyse::{
-    ClusterView, ConfigSource, FRONT_COMPONENT_LABEL, Judge, LiveProbe, Names, PDP_COMPONENT_LABEL,
-    Read, endpoint,
+    ClusterView, ConfigSource, FRONT_COMPONENT_LABEL, FlagSyncView, Judge, LiveProbe, Names,
+    PDP_COMPONENT_LABEL, Read, RelayGeneration, endpoint,
 };
 use super::certs;
 use super::workloads::Owners;
@@ -237,6 +237,7 @@ pub async fn gather(client: &kube::Client, options: Options) -> ClusterView {
             Ok(all)
         });
     }
+    let flag_sync = flag_sync(client).await;
     ClusterView {
         names,
         scope,
@@ -257,7 +258,115 @@ pub async fn gather(client: &kube::Client, options: Options) -> ClusterView {
         daemonsets,
         pdp_pods,
         revisions,
+        flag_sync,
     }
+}
+
+/// The chart's flag sync source (Deployment, its management port) and node relays (DaemonSet, theirs).
+const FLAG_SOURCE: (&str, &str, u16) = ("pdp-system", "pdp-flag-sync", 8014);
+const FLAG_RELAY: (&str, &str, u16) = ("pdp-flags", "pdp-flag-relay", 8017);
+
+/// The source's generation and each relay's, from their `/metrics` through the apiserver's Pod proxy (`get` on
+/// `pods/proxy` in those two namespaces). A relay behind the source is read once more after 2 s, so that a
+/// change still fanning out is not reported. `None` when no source is installed.
+async fn flag_sync(client: &kube::Client) -> Option<FlagSyncView> {
+    let (ns, name, port) = FLAG_SOURCE;
+    let source_name = format!("{ns}/{name}");
+    match Api::<Deployment>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+    {
+        Ok(None) => return None,
+        Ok(Some(_)) => {}
+        Err(e) => {
+            return Some(FlagSyncView {
+                source_name,
+                source: Err(why(e)),
+                relays: Ok(Vec::new()),
+            });
+        }
+    }
+    let source = async {
+        let pods = list(
+            Api::<Pod>::namespaced(client.clone(), ns),
+            ListParams::default().labels(&format!("app.kubernetes.io/name={name}")),
+        )
+        .await?;
+        let ready = pods
+            .iter()
+            .find(|p| super::analyse::pod_ready(p))
+            .ok_or_else(|| "no source Pod is ready".to_string())?;
+        let pod = ready.metadata.name.as_deref().unwrap_or_default();
+        metric(client, ns, pod, port, "pdp_flag_sync_generation").await
+    }
+    .await;
+    let (rns, rname, rport) = FLAG_RELAY;
+    let relays = match list(
+        Api::<Pod>::namespaced(client.clone(), rns),
+        ListParams::default().labels(&format!("app.kubernetes.io/name={rname}")),
+    )
+    .await
+    {
+        Err(e) => Err(e),
+        Ok(pods) => {
+            let mut out = Vec::new();
+            for p in pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+            {
+                let pod = p.metadata.name.clone().unwrap_or_default();
+                let read = || {
+                    metric(
+                        client,
+                        rns,
+                        &pod,
+                        rport,
+                        "pdp_flag_sync_upstream_generation",
+                    )
+                };
+                let mut generation = read().await;
+                if let (Ok(g), Ok(s)) = (&generation, &source)
+                    && g < s
+                {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    generation = read().await;
+                }
+                out.push(RelayGeneration {
+                    node: p
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.clone())
+                        .unwrap_or_default(),
+                    pod,
+                    generation,
+                });
+            }
+            Ok(out)
+        }
+    };
+    Some(FlagSyncView {
+        source_name,
+        source,
+        relays,
+    })
+}
+
+/// One gauge of a Pod's `/metrics` on `port`, through the apiserver.
+async fn metric(client: &kube::Client, ns: &str, pod: &str, port: u16, gauge: &str) -> Read<u64> {
+    let request = http::Request::get(format!(
+        "/api/v1/namespaces/{ns}/pods/{pod}:{port}/proxy/metrics"
+    ))
+    .body(Vec::new())
+    .map_err(|e| e.to_string())?;
+    let text = tokio::time::timeout(Duration::from_secs(5), client.request_text(request))
+        .await
+        .map_err(|_| format!("{ns}/{pod}:{port}/metrics did not answer within 5 s"))?
+        .map_err(why)?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(gauge)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+        .ok_or_else(|| format!("{ns}/{pod}:{port}/metrics has no {gauge}"))
 }
 
 /// One TLS handshake with `dial`, trusting only the `caBundle`, for `server_name`. `None` when the bundle is

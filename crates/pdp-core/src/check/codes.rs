@@ -33,6 +33,12 @@ pub enum FindingCode {
     EndpointUnreachable,
     /// `endpoint_untrusted`
     EndpointUntrusted,
+    /// `flag_relay_behind`
+    FlagRelayBehind,
+    /// `flag_relays_current`
+    FlagRelaysCurrent,
+    /// `flag_sync_unreadable`
+    FlagSyncUnreadable,
     /// `front_outdated`
     FrontOutdated,
     /// `invalid_namespace_label`
@@ -167,6 +173,9 @@ impl FindingCode {
         FindingCode::EndpointTrusted,
         FindingCode::EndpointUnreachable,
         FindingCode::EndpointUntrusted,
+        FindingCode::FlagRelayBehind,
+        FindingCode::FlagRelaysCurrent,
+        FindingCode::FlagSyncUnreadable,
         FindingCode::FrontOutdated,
         FindingCode::InvalidNamespaceLabel,
         FindingCode::NamespaceExcluded,
@@ -243,6 +252,9 @@ impl FindingCode {
             FindingCode::EndpointTrusted => "endpoint_trusted",
             FindingCode::EndpointUnreachable => "endpoint_unreachable",
             FindingCode::EndpointUntrusted => "endpoint_untrusted",
+            FindingCode::FlagRelayBehind => "flag_relay_behind",
+            FindingCode::FlagRelaysCurrent => "flag_relays_current",
+            FindingCode::FlagSyncUnreadable => "flag_sync_unreadable",
             FindingCode::FrontOutdated => "front_outdated",
             FindingCode::InvalidNamespaceLabel => "invalid_namespace_label",
             FindingCode::NamespaceExcluded => "namespace_excluded",

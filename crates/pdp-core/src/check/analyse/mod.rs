@@ -20,12 +20,15 @@ use crate::config::{Config, Mode, PssLevel};
 use crate::core::NamespaceInfo;
 use crate::names::{LABEL_NAMESPACE_INJECTION, WATCH_PREFIX};
 
+mod flags;
 mod install;
 mod namespaces;
 mod nodes;
 mod pod_section;
 mod view;
 
+use flags::*;
+pub use flags::{FlagSyncView, RelayGeneration};
 pub use install::endpoint;
 use install::*;
 use namespaces::*;
@@ -90,7 +93,8 @@ fn ended_before(pod: &Pod, at: i64) -> bool {
     !ends.is_empty() && ends.iter().all(|t| *t < at)
 }
 
-fn is_ready(pod: &Pod) -> bool {
+/// The Pod's `Ready` condition is true.
+pub fn pod_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -190,6 +194,7 @@ impl<'v> Judge<'v> {
         install.summary = format!("webhook namespace {}", view.names.namespace);
         let config = self.config.as_ref();
         nodes_section(view, config, all, &self.tally, &mut nodes);
+        flag_sync_section(view, &mut nodes);
         namespaces_section(view, config, all, &mut namespaces);
         pods_section(self.tally, config.is_some(), &mut pods);
         Report::new(vec![install, nodes, namespaces, pods])

@@ -325,7 +325,7 @@ pub(super) fn node_coverage(
                 p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name.as_str())
             })
             .collect();
-        let ready = here.iter().find(|p| is_ready(p));
+        let ready = here.iter().find(|p| pod_ready(p));
         let subject = format!("node {node_name}");
         let Some(ready) = ready else {
             let not_ready = here

@@ -119,6 +119,7 @@ fn in_order() -> ClusterView {
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "cerbos-pdp", "uid": "d", "controller": true}]}, "revision": 2}),
             ),
         ]),
+        flag_sync: None,
     }
 }
 
@@ -757,6 +758,21 @@ fn every_code() -> Vec<(&'static str, Severity, Box<dyn Fn(&mut ClusterView)>)> 
             }),
         ),
         (
+            "flag_relay_behind",
+            Severity::Warning,
+            Box::new(|v| with_relays(v, Ok(3), Ok(2))),
+        ),
+        (
+            "flag_relays_current",
+            Severity::Ok,
+            Box::new(|v| with_relays(v, Ok(3), Ok(3))),
+        ),
+        (
+            "flag_sync_unreadable",
+            Severity::Warning,
+            Box::new(|v| with_relays(v, Ok(3), Err("no answer within 5 s".into()))),
+        ),
+        (
             "front_outdated",
             Severity::Warning,
             Box::new(|v| with_front(v, "f1")),
@@ -920,6 +936,19 @@ fn every_code() -> Vec<(&'static str, Severity, Box<dyn Fn(&mut ClusterView)>)> 
     ]
 }
 
+/// A flag sync source at `source` and one relay on n1 at `relay`.
+fn with_relays(v: &mut ClusterView, source: Read<u64>, relay: Read<u64>) {
+    v.flag_sync = Some(FlagSyncView {
+        source_name: "pdp-system/pdp-flag-sync".into(),
+        source,
+        relays: Ok(vec![RelayGeneration {
+            node: "n1".into(),
+            pod: "pdp-flag-relay-a".into(),
+            generation: relay,
+        }]),
+    });
+}
+
 #[test]
 fn every_finding_code_is_produced_by_its_fixture() {
     let table = every_code();
@@ -1003,5 +1032,67 @@ fn a_missing_or_invalid_ca_bundle_or_secret_and_a_missing_entry_are_said_precise
     assert_eq!(
         find(&analyse(&v), "serving_secret_missing").severity,
         Severity::Info
+    );
+}
+
+#[test]
+fn a_relay_behind_its_source_is_named_with_both_generations() {
+    let relay = |node: &str, generation: Read<u64>| RelayGeneration {
+        node: node.into(),
+        pod: format!("pdp-flag-relay-{node}"),
+        generation,
+    };
+    let mut view = in_order();
+    let with = |source: Read<u64>, relays: Read<Vec<RelayGeneration>>| FlagSyncView {
+        source_name: "pdp-system/pdp-flag-sync".into(),
+        source,
+        relays,
+    };
+    view.flag_sync = Some(with(
+        Ok(7),
+        Ok(vec![relay("n1", Ok(7)), relay("n2", Ok(7))]),
+    ));
+    let r = analyse(&view);
+    assert!(
+        find(&r, "flag_relays_current")
+            .message
+            .contains("2 node relays at the source's generation 7")
+    );
+    assert!(!codes(&r, Severity::Warning).contains(&"flag_relay_behind".to_string()));
+
+    view.flag_sync = Some(with(
+        Ok(9),
+        Ok(vec![
+            relay("n1", Ok(9)),
+            relay("n2", Ok(7)),
+            relay("n3", Err("no answer".into())),
+        ]),
+    ));
+    let r = analyse(&view);
+    let behind = find(&r, "flag_relay_behind");
+    assert_eq!(behind.severity, Severity::Warning);
+    assert!(
+        behind.subject.contains("n2")
+            && behind.message.contains("generation 7")
+            && behind.message.contains("at 9"),
+        "{behind:?}"
+    );
+    assert!(find(&r, "flag_sync_unreadable").subject.contains("n3"));
+    assert!(!codes(&r, Severity::Ok).contains(&"flag_relays_current".to_string()));
+
+    view.flag_sync = Some(with(Err("forbidden".into()), Ok(vec![relay("n1", Ok(1))])));
+    let r = analyse(&view);
+    assert!(
+        find(&r, "flag_sync_unreadable")
+            .message
+            .contains("forbidden")
+    );
+    view.flag_sync = None;
+    let r = analyse(&view);
+    assert!(
+        r.sections
+            .iter()
+            .flat_map(|s| &s.findings)
+            .all(|f| !f.code.starts_with("flag_"))
     );
 }

@@ -125,4 +125,6 @@ pub struct ClusterView {
     pub pdp_pods: Read<Vec<Pod>>,
     /// ControllerRevisions in the PDP DaemonSets' namespaces.
     pub revisions: Read<Vec<ControllerRevision>>,
+    /// The flag sync source and its node relays, `None` when no source is installed.
+    pub flag_sync: Option<FlagSyncView>,
 }
