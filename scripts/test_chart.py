@@ -314,6 +314,26 @@ def exported_metrics():
     return names
 
 
+class NodeLocal(unittest.TestCase):
+    def test_the_critical_quota_admits_every_node_local_pod_and_a_surge_on_1000_nodes(self):
+        objs = render("pdp.model=daemonset")
+        critical = [d for d in of_kind(objs, "DaemonSet") if d["metadata"]["namespace"] == "pdp-node"
+                    and d["spec"]["template"]["spec"].get("priorityClassName") == "system-node-critical"]
+        self.assertGreaterEqual(len(critical), 3, [d["metadata"]["name"] for d in critical])
+        quota = named(objs, "ResourceQuota", "cerbos-pdp-node-critical", "pdp-node")
+        pods = quota["spec"]["hard"]["pods"]
+        per_node = int(pods.removesuffix("k")) if pods.endswith("k") else int(pods) / 1000
+        self.assertGreaterEqual(per_node, len(critical) + 1, f"quota {pods} for {len(critical)} DaemonSets")
+
+    def test_the_node_service_has_no_external_ips(self):
+        objs = render("pdp.model=daemonset", "pdp.nodeLocal.service.enabled=true")
+        services = [o for o in of_kind(objs, "Service") if o["metadata"]["namespace"] == "pdp-node"]
+        self.assertTrue(services)
+        for svc in services:
+            self.assertNotIn("externalIPs", svc["spec"], svc["metadata"]["name"])
+            self.assertEqual(svc["spec"].get("type", "ClusterIP"), "ClusterIP", svc["metadata"]["name"])
+
+
 class PodDisruptionBudgets(unittest.TestCase):
     def test_off_leaves_none_in_any_model(self):
         for m in MODELS:

@@ -970,7 +970,7 @@ fn containers_within(bytes: usize) -> usize {
     ((bytes - base) as f64 / per) as usize - 1_000
 }
 
-/// Issue 25, 1: a Pod with 100,000 containers (within the apiserver's 3 MiB) and one at the 7 MiB body limit are
+/// A Pod with 100,000 containers (within the apiserver's 3 MiB) and one at the 7 MiB body limit are
 /// answered (denied, `pod_too_large`) well within the deadline, the server's peak resident memory stays within
 /// its budget (96 MiB), and a normal client is answered meanwhile. Prints the figures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1299,7 +1299,7 @@ async fn concurrent_large_pods_with_two_profiles_stay_within_the_memory_budget()
     );
 }
 
-/// Issue 25, 4: over HTTP/1.1, a client that writes its whole over-limit body before reading gets the 413, not a
+/// Over HTTP/1.1, a client that writes its whole over-limit body before reading gets the 413, not a
 /// connection closed under it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_over_the_limit_written_whole_before_reading_gets_its_413() {
@@ -1400,7 +1400,7 @@ where
     }
 }
 
-/// Issue 25, 2: one client holds 5,000 idle TCP connections (from 127.0.0.2) and 5,000 idle socket connections
+/// One client holds 5,000 idle TCP connections (from 127.0.0.2) and 5,000 idle socket connections
 /// to the real `pdp-injector node-proxy` with its default bounds, while a normal client (127.0.0.1) checks every
 /// 100 ms through both: every check is answered, and the front's resident memory stays within its budget
 /// (48 MiB). Prints the normal client's failures and p99, what became of the idle connections, and the RSS.
@@ -1623,7 +1623,7 @@ impl pdp_injector::cluster::NamespaceSource for CountingApiserver {
     }
 }
 
-/// Issue 25, 3: 10,000 reviews naming random namespaces (half on each webhook entry, from 8 connections) make at
+/// 10,000 reviews naming random namespaces (half on each webhook entry, from 8 connections) make at
 /// most the fetch rate's GETs (10 a second, as many at once), and an opted-in Pod in a real namespace is wired
 /// meanwhile. Before the bound, each of them was one GET.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1191,7 +1191,7 @@ fn the_pdp_daemonsets_limit_holds_every_connection_the_front_may_serve() {
     );
 }
 
-/// Issue 29, point 3: the front's server name is obtainable only in pdp-node, apps trust only that CA, and the
+/// The front's server name is obtainable only in pdp-node, apps trust only that CA, and the
 /// front trusts only the client CA, which the apps' ClusterIssuer signs with.
 #[test]
 fn the_fronts_server_name_and_the_apps_client_certificates_have_separate_cas() {

@@ -1758,6 +1758,17 @@ def _(shared):
 
 @case("helm-test-passes")
 def _(shared):
+    # helm test replaces its namespace: an upgrade refuses when a namespace of that name is not the test's own.
+    foreign = f"{RELEASE}-test"
+    kubectl("create", "namespace", foreign)
+    try:
+        p = helm("upgrade", RELEASE, CHART, "--reuse-values", check_rc=False, timeout=120)
+        check(p.returncode != 0 and "is not this chart's test namespace" in p.stdout + p.stderr,
+              f"helm upgrade with a foreign namespace {foreign} did not refuse: {one_line(p.stdout + p.stderr, 800)}")
+        check(get("namespace", foreign), f"the foreign namespace {foreign} is gone")
+    finally:
+        kubectl("delete", "namespace", foreign, "--wait=true", timeout=120)
+    figure(f"  helm upgrade refused while a namespace {foreign} not made by the chart's test exists")
     t = time.monotonic()
     p = helm("test", RELEASE, "--timeout=180s", check_rc=False, timeout=240)
     out = p.stdout + p.stderr
@@ -1819,8 +1830,11 @@ def _(shared):
         # run alone (a filter): the tier's own install is still there
         uninstall_leaves_nothing("uninstall-first")
     t = time.monotonic()
-    helm("install", RELEASE, CHART, "--wait", "--timeout=300s", timeout=360)
+    p = helm("install", RELEASE, CHART, "--wait", "--timeout=300s", timeout=360)
     t_install = time.monotonic() - t
+    # 1.20 has no ValidatingAdmissionPolicy: the install says that the chart's guards are not installed.
+    check("has no ValidatingAdmissionPolicy (1.30+)" in p.stdout,
+          f"helm install's NOTES do not say the admission guards are left out: {one_line(p.stdout, 1200)}")
     objs = [d for d in yaml.safe_load_all(helm("get", "manifest", RELEASE).stdout) if d]
     kinds = sorted({d["kind"] for d in objs})
     check("DaemonSet" not in kinds, f"the no-values install has node-local workloads: {kinds}")

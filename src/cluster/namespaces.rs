@@ -220,9 +220,13 @@ impl ClusterNamespaces {
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
         let (store, writer) = reflector::store();
         let synced = Arc::new(AtomicBool::new(false));
+        // Only the name and labels are read: annotations and managedFields are dropped before the store keeps
+        // them, so what a namespace's owner writes there costs the webhook nothing.
         let stream = reflector::reflector(
             writer,
-            watcher::watcher(api, watcher::Config::default()).default_backoff(),
+            watcher::watcher(api, watcher::Config::default())
+                .default_backoff()
+                .modify(|ns| labels_only(&mut ns.metadata)),
         );
         let watch_counters = counters.clone();
         tokio::spawn(async move {
@@ -252,6 +256,12 @@ impl ClusterNamespaces {
             counters,
         }
     }
+}
+
+/// What the namespace cache keeps of a namespace's metadata: everything but its annotations and managedFields.
+fn labels_only(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
+    meta.annotations = None;
+    meta.managed_fields = None;
 }
 
 fn info_of(meta: &PartialObjectMeta<Namespace>, name: &str) -> NamespaceInfo {
@@ -305,6 +315,21 @@ impl NamespaceSource for ClusterNamespaces {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn the_cache_keeps_name_and_labels_but_no_annotations_or_managed_fields() {
+        let mut meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta =
+            serde_json::from_value(serde_json::json!({
+                "name": "shop", "labels": {"pdp-injector.io/injection": "enabled"},
+                "annotations": {"big": "x".repeat(200_000)},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]
+            }))
+            .unwrap();
+        labels_only(&mut meta);
+        assert_eq!(meta.name.as_deref(), Some("shop"));
+        assert_eq!(meta.labels.unwrap()["pdp-injector.io/injection"], "enabled");
+        assert!(meta.annotations.is_none() && meta.managed_fields.is_none());
+    }
 
     #[tokio::test]
     async fn fetches_are_coalesced_remembered_when_missing_and_rate_limited() {

@@ -55,7 +55,7 @@ const CASES: [&str; 8] = [
 
 /// Targets (BENCHMARKS.md): core path, CPU ratios, open-loop p99, flood RSS and deadline, offline.
 const CORE_PATH_US: f64 = 30.0;
-/// The core path of a Pod left alone (issue 31): opted out, already wired, no opt-in.
+/// The core path of a Pod left alone: opted out, already wired, no opt-in.
 const CORE_SKIP_US: f64 = 15.0;
 const RATIO_INJECT: f64 = 2.5;
 const RATIO_SKIP: f64 = 1.5;
