@@ -1616,6 +1616,7 @@ def _(shared):
         follow.stop()
     figure("  a restricted namespace: the same app over the relay's socket by the CSI volume, its own namespace's "
            "flags (the caller known by its cgroup's Pod UID)")
+    delete_app(restricted)
 
     # The apiserver's own count of watchers, without and with the central source (the controller-manager's
     # informers watch every kind too): the source's one watch, whatever runs on the nodes. A Pod created while
