@@ -265,6 +265,8 @@ pub async fn gather(client: &kube::Client, options: Options) -> ClusterView {
 /// The chart's flag sync source (Deployment, its management port) and node relays (DaemonSet, theirs).
 const FLAG_SOURCE: (&str, &str, u16) = ("pdp-system", "pdp-flag-sync", 8014);
 const FLAG_RELAY: (&str, &str, u16) = ("pdp-flags", "pdp-flag-relay", 8017);
+/// A relay's gauge of the source generation it has.
+const RELAY_GAUGE: &str = "pdp_flag_sync_upstream_generation";
 
 /// The source's generation and each relay's, from their `/metrics` through the apiserver's Pod proxy (`get` on
 /// `pods/proxy` in those two namespaces). A relay behind the source is read once more after 2 s, so that a
@@ -315,31 +317,24 @@ async fn flag_sync(client: &kube::Client) -> Option<FlagSyncView> {
                 .filter(|p| p.metadata.deletion_timestamp.is_none())
             {
                 let pod = p.metadata.name.clone().unwrap_or_default();
-                let read = || {
-                    metric(
-                        client,
-                        rns,
-                        &pod,
-                        rport,
-                        "pdp_flag_sync_upstream_generation",
-                    )
-                };
-                let mut generation = read().await;
-                if let (Ok(g), Ok(s)) = (&generation, &source)
-                    && g < s
-                {
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                    generation = read().await;
-                }
                 out.push(RelayGeneration {
                     node: p
                         .spec
                         .as_ref()
                         .and_then(|s| s.node_name.clone())
                         .unwrap_or_default(),
+                    generation: metric(client, rns, &pod, rport, RELAY_GAUGE).await,
                     pod,
-                    generation,
                 });
+            }
+            // One wait for all that are behind, then each read again.
+            let behind =
+                |r: &RelayGeneration| matches!((&r.generation, &source), (Ok(g), Ok(s)) if g < s);
+            if out.iter().any(behind) {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                for r in out.iter_mut().filter(|r| behind(r)) {
+                    r.generation = metric(client, rns, &r.pod, rport, RELAY_GAUGE).await;
+                }
             }
             Ok(out)
         }

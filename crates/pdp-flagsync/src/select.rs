@@ -82,12 +82,7 @@ impl Selection {
         for item in items {
             if item.namespace != caller.namespace && item.namespace != shared {
                 return Err(SelectorError::Forbidden {
-                    item: item
-                        .origin
-                        .map_or(String::new(), |o| format!("{}/", o.prefix()))
-                        + item.namespace
-                        + "/"
-                        + item.name,
+                    item: item.text.to_string(),
                     namespace: item.namespace.to_string(),
                     caller: caller.namespace.clone(),
                     shared: shared.to_string(),
