@@ -53,6 +53,8 @@ struct Instance {
     accept: Option<JoinHandle<()>>,
     /// Connections it accepted.
     connections: Arc<AtomicUsize>,
+    /// Bytes it read, of every connection.
+    received: Arc<AtomicUsize>,
 }
 
 impl Instance {
@@ -63,20 +65,22 @@ impl Instance {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o750)).unwrap();
         let tag = tag.to_string();
         let connections = Arc::new(AtomicUsize::new(0));
-        let counted = connections.clone();
+        let received = Arc::new(AtomicUsize::new(0));
+        let (counted, read) = (connections.clone(), received.clone());
         let accept = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
                 counted.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(echo(stream, tag.clone()));
+                tokio::spawn(echo(stream, tag.clone(), read.clone()));
             }
         });
         Instance {
             path,
             accept: Some(accept),
             connections,
+            received,
         }
     }
 
@@ -99,9 +103,9 @@ impl Instance {
     }
 }
 
-async fn echo(stream: UnixStream, tag: String) {
+async fn echo(stream: UnixStream, tag: String, received: Arc<AtomicUsize>) {
     let (read, mut write) = stream.into_split();
-    let mut lines = BufReader::new(read).lines();
+    let mut lines = BufReader::new(Counted(read, received)).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         if write
             .write_all(format!("{tag}:{line}\n").as_bytes())
@@ -110,6 +114,23 @@ async fn echo(stream: UnixStream, tag: String) {
         {
             return;
         }
+    }
+}
+
+/// A reader that adds the bytes it reads to a count.
+struct Counted<R>(R, Arc<AtomicUsize>);
+
+impl<R: AsyncRead + Unpin> AsyncRead for Counted<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.0).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        self.1.fetch_add(n, Ordering::SeqCst);
+        polled
     }
 }
 
@@ -1927,9 +1948,11 @@ async fn at_its_bound_an_endpoint_gives_the_quietest_place_and_refuses_when_all_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_client_address_gets_its_own_bound_and_idle_connections_are_closed() {
+async fn one_client_address_gets_its_own_bound_its_quiet_connection_gives_its_place_idle_ones_are_closed()
+ {
+    use tokio::io::AsyncWriteExt;
     let dir = TempDir::new("peer");
-    let _a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
+    let a = Instance::start(&dir.instances(), "pdp-a.sock", "a");
     let mut f = flags(&dir);
     f.max_connections_per_peer = 2;
     f.idle_timeout = Duration::from_millis(500);
@@ -1941,17 +1964,38 @@ async fn one_client_address_gets_its_own_bound_and_idle_connections_are_closed()
         assert_eq!(ask_on(&mut c, text).await.unwrap(), format!("a:{text}"));
         held.push(c);
     }
+    // Both quiet after their answers: a third from the same address takes the place of the one quiet longest.
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let mut third = tcp(&front).await.unwrap();
+    assert_eq!(ask_on(&mut third, "3").await.unwrap(), "a:3");
+    assert_eq!(front.stats().taken, 1);
+    assert_closed_soon(&mut held[0]).await;
+    // Both of its connections in the middle of a request (the front forwarded its bytes): a fourth from that
+    // address is refused.
+    let mut busy = vec![held.remove(1), third];
+    let before = a.received.load(Ordering::SeqCst);
+    for c in &mut busy {
+        c.get_mut().write_all(b"partial").await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while a.received.load(Ordering::SeqCst) < before + 2 * "partial".len() {
+        assert!(
+            Instant::now() < deadline,
+            "the partial requests never reached the instance"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert!(
-        ask_tcp(&front, "3").await.is_err(),
-        "a third from one address"
+        ask_tcp(&front, "4").await.is_err(),
+        "a fourth from one address"
     );
     assert_eq!(front.stats().refused_peer, 1);
-    // Both held connections stay quiet past the idle timeout: closed, and their address is served again.
-    for c in &mut held {
+    // Both stay quiet past the idle timeout: closed, and their address is served again.
+    for c in &mut busy {
         assert_closed_soon(c).await;
     }
     tls_support::until(&front, |s| s.idle_closed == 2).await;
-    assert_eq!(ask_tcp(&front, "4").await, Ok("a:4".into()));
+    assert_eq!(ask_tcp(&front, "5").await, Ok("a:5".into()));
     front.shutdown().await;
 }
 

@@ -425,6 +425,48 @@ def _(shared):
     check_client_output(out, ["tcp", "http", "socket", "sgrpc"])
 
 
+@case("socket-flood-of-one-pod-held-to-its-bound-other-pods-first-call-within-1s")
+def _(shared):
+    # One Pod holds 2,000 trickling connections on the node's socket (more than the socket's bound, 1,280): the
+    # front knows it by the Pod UID in its process's cgroup and holds 128 of them (--max-connections-per-peer);
+    # the daemonset case's app, another Pod on the node, is answered at its first call on every path.
+    check(shared.ds_ns, "needs the daemonset case's app")
+    ns = shared.ds_ns
+    flood = client_deployment("flood", ns, ["flood", "--connections", "2000"])
+    flood["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] = "256Mi"
+    kubectl("create", "-f", "-", input=flood)
+    try:
+        rollout("deployment", "flood", ns, 120)
+        fpod = pod_of(ns, "flood")
+        fuid = fpod["metadata"]["uid"]
+
+        def counts():
+            last = lines(logs(ns, fpod["metadata"]["name"]), "flood ")
+            return dict(kv.split("=") for kv in last[-1].split()[1:]) if last else None
+        # Every connection tried once (opened or closed at accept), then a second to let the front settle.
+        wait_for("the flood's 2,000 connections tried",
+                 lambda: (c := counts()) and int(c["opened"]) >= 2000, 60)
+        app = pod_of(ns, "app")
+        rc, out = exec_check(ns, app["metadata"]["name"])
+        check(rc == 0, f"the other Pod's checks failed during the flood (exit {rc}): {one_line(out, 800)}")
+        for pth in ["socket", "sgrpc", "tcp", "http"]:
+            ok = [l for l in lines(out, "OK ") if l.split()[1] == pth]
+            check(ok, f"no first-call success over {pth}: {one_line(out, 800)}")
+            ms = int(ok[0].rsplit("(", 1)[1].split()[0])
+            check(ms < 1000, f"first call over {pth} took {ms} ms during the flood")
+            figure(f"  during the flood, the other Pod's first call over {pth}: {ms} ms")
+        c = counts()
+        check(0 < int(c["held"]) <= 128, f"the flood holds {c['held']} connections (its Pod's bound: 128): {c}")
+        front = json.loads(kubectl("-n", "pdp-node", "get", "pods", "-l", "app.kubernetes.io/name=pdp-node-front",
+                                   "-o", "json").stdout)["items"][0]["metadata"]["name"]
+        refusals = [l for l in logs("pdp-node", front).splitlines() if "closed at accept" in l and fuid in l]
+        check(refusals, f"no refusal in the front's log names the flood's Pod {fuid}")
+        figure(f"  flood: {c['held']} of its connections held, {c['closed']} closed (the front's log names its "
+               f"Pod UID)")
+    finally:
+        kubectl("-n", ns, "delete", "deployment", "flood", "--wait=false", check_rc=False)
+
+
 @case("central-namespace-allow-and-deny-through-the-shipped-service")
 def _(shared):
     ns = namespace("central", {"pdp-injector.io/injection": "central"})

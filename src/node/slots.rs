@@ -6,7 +6,7 @@
 //! - what connections may use: `B - BASE`, half for TCP and half for the stable socket when both are served;
 //! - TCP connections: their half / `PER_CONNECTION` (`PER_TLS_CONNECTION` when the TCP path is TLS);
 //! - socket connections: their half / `PER_CONNECTION`;
-//! - per client address (TCP): `--max-connections-per-peer`.
+//! - per client ([`Client`]: a TCP address, a socket caller's Pod or user): `--max-connections-per-peer`.
 //!
 //! Every connection the front serves is one connection to the PDP instance behind it, so the PDP's memory
 //! limit must hold its own base plus `tcp + socket` connections (Cerbos: about 64 KiB each; the shipped
@@ -15,8 +15,9 @@
 //! At an endpoint's bound a new connection takes the place of the open connection that has been quiet the
 //! longest (between two exchanges, or never used), which is closed: what an HTTP server does with idle
 //! keep-alive connections when it runs out, and what clients expect of one. When every open connection is in
-//! the middle of an exchange, the new connection is closed at accept. A client address over its own bound is
-//! closed at accept, whatever the rest.
+//! the middle of an exchange, the new connection is closed at accept. A client at its own bound likewise takes the
+//! place of its own connection quiet the longest, or is closed at accept when each of its connections is in an
+//! exchange, whatever the rest.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -62,7 +63,7 @@ pub struct FrontBounds {
     pub tcp: u32,
     /// Stable-socket connections at once (0 when the socket is not served).
     pub socket: u32,
-    /// TCP connections of one client address at once.
+    /// Connections of one [`Client`] at once, on each endpoint.
     pub per_peer: u32,
 }
 
@@ -189,15 +190,65 @@ impl Conn {
 /// Why a connection was closed at accept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
-    /// Its client address holds `--max-connections-per-peer` already.
+    /// Its client holds `--max-connections-per-peer` already, each in the middle of an exchange.
     Peer,
     /// The endpoint is at its bound and every open connection is in the middle of an exchange.
     Full,
 }
 
+/// Who holds a connection, for the per-client bound: a TCP client by its address; a socket client by its Pod
+/// (the Pod UID in its process's cgroup) or, when its process is in no Pod's cgroup, its user. A socket client
+/// whose process is not visible (a front without the host's PID namespace) is not bounded on its own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Client {
+    /// A TCP client's address.
+    Addr(IpAddr),
+    /// The UID of a socket client's Pod.
+    Pod(Box<str>),
+    /// A socket client's user (uid).
+    User(u32),
+}
+
+impl Client {
+    /// A TCP client, its IPv4-mapped addresses as IPv4.
+    pub fn addr(ip: IpAddr) -> Client {
+        Client::Addr(ip.to_canonical())
+    }
+}
+
 struct Open {
-    conns: HashMap<u64, Arc<Conn>>,
-    peers: HashMap<IpAddr, u32>,
+    conns: HashMap<u64, (Arc<Conn>, Option<Client>)>,
+    peers: HashMap<Client, u32>,
+}
+
+impl Open {
+    /// The connection (of `client` when given) that can be closed and has been quiet the longest.
+    fn quietest(&self, client: Option<&Client>) -> Option<u64> {
+        self.conns
+            .iter()
+            .filter(|(_, (_, c))| client.is_none_or(|want| c.as_ref() == Some(want)))
+            .filter_map(|(id, (conn, _))| conn.activity.closable_for().map(|q| (q, *id)))
+            .max()
+            .map(|(_, id)| id)
+    }
+
+    /// Counts a connection out (its task closes it at its next poll when `tell`).
+    fn remove(&mut self, id: u64, tell: bool) {
+        let Some((conn, client)) = self.conns.remove(&id) else {
+            return;
+        };
+        if tell {
+            conn.taken.notify_one();
+        }
+        if let Some(client) = client
+            && let Some(n) = self.peers.get_mut(&client)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.peers.remove(&client);
+            }
+        }
+    }
 }
 
 /// The places of one endpoint's connections.
@@ -213,13 +264,12 @@ pub struct Slots {
 pub struct Slot {
     slots: Arc<Slots>,
     id: u64,
-    peer: Option<IpAddr>,
     /// The connection.
     pub conn: Arc<Conn>,
 }
 
 impl Slots {
-    /// At most `limit` connections, and `per_peer` of one client address when given.
+    /// At most `limit` connections, and `per_peer` of one [`Client`] when given.
     pub fn new(limit: u32, per_peer: Option<u32>) -> Arc<Slots> {
         Arc::new(Slots {
             limit: limit.max(1) as usize,
@@ -244,31 +294,22 @@ impl Slots {
         let _ = rx.wait_for(|n| *n == 0).await;
     }
 
-    /// A place for a new connection from `peer`; at the bound, the place of the connection that can be closed
-    /// and has been quiet the longest (it is told to close, and returned as the second value: `true`).
-    pub fn admit(self: &Arc<Self>, peer: Option<IpAddr>) -> Result<(Slot, bool), Refused> {
-        let peer = peer.map(|p| p.to_canonical());
+    /// A place for a new connection from `peer`; at a bound (the client's own, then the endpoint's), the place of
+    /// the connection within it that can be closed and has been quiet the longest (it is told to close, and
+    /// returned as the second value: `true`).
+    pub fn admit(self: &Arc<Self>, peer: Option<Client>) -> Result<(Slot, bool), Refused> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let (Some(bound), Some(ip)) = (self.per_peer, peer)
-            && open.peers.get(&ip).copied().unwrap_or(0) >= bound
-        {
-            return Err(Refused::Peer);
-        }
         let mut took = false;
+        if let (Some(bound), Some(client)) = (self.per_peer, &peer)
+            && open.peers.get(client).copied().unwrap_or(0) >= bound
+        {
+            let id = open.quietest(Some(client)).ok_or(Refused::Peer)?;
+            open.remove(id, true);
+            took = true;
+        }
         if open.conns.len() >= self.limit {
-            let victim = open
-                .conns
-                .iter()
-                .filter_map(|(id, c)| c.activity.closable_for().map(|q| (q, *id)))
-                .max()
-                .map(|(_, id)| id);
-            let Some(id) = victim else {
-                return Err(Refused::Full);
-            };
-            if let Some(conn) = open.conns.remove(&id) {
-                // Counted out now; its task closes it at its next poll.
-                conn.taken.notify_one();
-            }
+            let id = open.quietest(None).ok_or(Refused::Full)?;
+            open.remove(id, true);
             took = true;
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
@@ -276,16 +317,15 @@ impl Slots {
             activity: Activity::new(),
             taken: Notify::new(),
         });
-        open.conns.insert(id, conn.clone());
-        if let Some(ip) = peer {
-            *open.peers.entry(ip).or_default() += 1;
+        if let Some(client) = &peer {
+            *open.peers.entry(client.clone()).or_default() += 1;
         }
+        open.conns.insert(id, (conn.clone(), peer));
         self.count.send_replace(open.conns.len());
         Ok((
             Slot {
                 slots: self.clone(),
                 id,
-                peer,
                 conn,
             },
             took,
@@ -296,15 +336,7 @@ impl Slots {
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut open = self.slots.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.conns.remove(&self.id);
-        if let Some(ip) = self.peer
-            && let Some(n) = open.peers.get_mut(&ip)
-        {
-            *n -= 1;
-            if *n == 0 {
-                open.peers.remove(&ip);
-            }
-        }
+        open.remove(self.id, false);
         self.slots.count.send_replace(open.conns.len());
     }
 }
@@ -339,16 +371,17 @@ mod tests {
     #[test]
     fn a_peer_over_its_bound_is_refused_and_a_full_endpoint_gives_the_quietest_place() {
         let slots = Slots::new(2, Some(1));
-        let a: IpAddr = "10.0.0.1".parse().unwrap();
-        let b: IpAddr = "10.0.0.2".parse().unwrap();
-        let (first, _) = slots.admit(Some(a)).unwrap();
-        assert_eq!(slots.admit(Some(a)).err(), Some(Refused::Peer));
+        let a = Client::addr("10.0.0.1".parse().unwrap());
+        let b = Client::addr("10.0.0.2".parse().unwrap());
+        let (first, _) = slots.admit(Some(a.clone())).unwrap();
+        // In the middle of an exchange: its client's second connection is refused.
+        first.conn.activity.mark(Activity::UP);
+        assert_eq!(slots.admit(Some(a.clone())).err(), Some(Refused::Peer));
         // An IPv4-mapped IPv6 address is the same client.
-        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        let mapped = Client::addr("::ffff:10.0.0.1".parse().unwrap());
         assert_eq!(slots.admit(Some(mapped)).err(), Some(Refused::Peer));
         let (second, _) = slots.admit(Some(b)).unwrap();
         // Both in the middle of an exchange: a third is refused.
-        first.conn.activity.mark(Activity::UP);
         second.conn.activity.mark(Activity::UP);
         assert_eq!(slots.admit(None).err(), Some(Refused::Full));
         // The second answered and went quiet: its place goes to the newcomer.
@@ -363,5 +396,52 @@ mod tests {
         assert_eq!(slots.open(), 1);
         // The first's address is free again.
         assert!(slots.admit(Some(a)).is_ok());
+    }
+
+    #[test]
+    fn socket_clients_are_bounded_per_pod_and_per_user() {
+        let slots = Slots::new(10, Some(2));
+        let pod = |uid: &str| Some(Client::Pod(uid.into()));
+        let busy = |(slot, _): (Slot, bool)| {
+            slot.conn.activity.mark(Activity::UP);
+            slot
+        };
+        let held: Vec<_> = (0..2)
+            .map(|_| busy(slots.admit(pod("uid-a")).unwrap()))
+            .collect();
+        assert_eq!(slots.admit(pod("uid-a")).err(), Some(Refused::Peer));
+        // Another Pod, and a user of the same number as nothing else: their own bounds.
+        assert!(slots.admit(pod("uid-b")).is_ok());
+        let _users = [(); 2].map(|_| busy(slots.admit(Some(Client::User(1000))).unwrap()));
+        assert_eq!(
+            slots.admit(Some(Client::User(1000))).err(),
+            Some(Refused::Peer)
+        );
+        drop(held);
+        assert!(slots.admit(pod("uid-a")).is_ok());
+    }
+
+    #[test]
+    fn a_client_at_its_bound_takes_the_place_of_its_own_quiet_connection() {
+        let slots = Slots::new(10, Some(2));
+        let a = || Some(Client::Pod("uid-a".into()));
+        let (busy, _) = slots.admit(a()).unwrap();
+        busy.conn.activity.mark(Activity::UP);
+        let (quiet, _) = slots.admit(a()).unwrap();
+        quiet.conn.activity.mark(Activity::UP);
+        quiet.conn.activity.mark(Activity::DOWN);
+        // Another client's quiet connection is not this client's to take.
+        let (other, _) = slots.admit(Some(Client::Pod("uid-b".into()))).unwrap();
+        other.conn.activity.mark(Activity::DOWN);
+        std::thread::sleep(QUIET * 2);
+        let (third, took) = slots.admit(a()).unwrap();
+        assert!(took);
+        third.conn.activity.mark(Activity::UP);
+        assert_eq!(slots.open(), 3);
+        assert_eq!(slots.admit(a()).err(), Some(Refused::Peer));
+        drop(quiet);
+        assert_eq!(slots.open(), 3, "a taken place is counted once");
+        drop(other);
+        assert_eq!(slots.open(), 2);
     }
 }

@@ -10,7 +10,8 @@
 //! - [`pki`]: certificate generation (the binary writes the files);
 //! - [`offline`]: the `inject` command's transformation of a YAML stream;
 //! - [`check`]: `check`'s judging of what the binary read from the cluster;
-//! - [`route`]: the node-local front's choice of a PDP instance.
+//! - [`route`]: the node-local front's choice of a PDP instance;
+//! - [`peer`]: the Pod of a socket caller, from its process's cgroup.
 
 pub mod admission;
 pub mod check;
@@ -21,6 +22,7 @@ pub mod flag_sets;
 pub mod json;
 pub mod names;
 pub mod offline;
+pub mod peer;
 pub mod pki;
 pub mod route;
 pub mod size;

@@ -17,8 +17,9 @@ use crate::proto::{
     SyncFlagsRequest, SyncFlagsResponse,
 };
 use crate::select::{Caller, Selection, SelectorError};
-use crate::source::pods::{PodIndex, pod_uid_of_cgroup};
+use crate::source::pods::PodIndex;
 use crate::store::{Snapshot, Store};
+use pdp_core::peer::pod_uid_of_cgroup;
 
 /// The header in which providers send their selector (flagd v0.11+); the request field is the older way.
 pub const SELECTOR_HEADER: &str = "flagd-selector";

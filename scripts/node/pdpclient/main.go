@@ -21,6 +21,11 @@
 //	                                forever (a Deployment)
 //	pdpclient watch [--interval D]  check every D (default 100ms) over tcp, http and socket, forever; prints every
 //	                                failure and, every second, `summary PATH ok=N fail=N longest_gap_ms=N ...`
+//	pdpclient flood [--connections N] [--period D]
+//	                                a hostile app: holds N connections (default 2000) to $CERBOS_PDP_SOCKET, each
+//	                                sent one byte every D (default 500ms) so it stays in the middle of a request;
+//	                                one the front closes is opened again after D; prints every second
+//	                                `flood held=N opened=N closed=N` (held: open for two periods or more)
 //	pdpclient resolve NAME...       prints the Pod's resolv.conf (`resolv.conf ...`, one line), then looks each
 //	                                name up with Go's resolver, as an app's dial does (search list, ndots):
 //	                                `RESOLVED name addr,... (N ms)`, `NXDOMAIN name (N ms)` or `ERROR name: why`;
@@ -543,6 +548,55 @@ func cmdWatch(args []string) int {
 	return 0
 }
 
+func cmdFlood(args []string) int {
+	fs := flag.NewFlagSet("flood", flag.ExitOnError)
+	n := fs.Int("connections", 2000, "connections to hold")
+	period := fs.Duration("period", 500*time.Millisecond, "time between two bytes on a connection")
+	_ = fs.Parse(args)
+	sock := os.Getenv("CERBOS_PDP_SOCKET")
+	if sock == "" {
+		fmt.Println("FAIL no CERBOS_PDP_SOCKET")
+		return 1
+	}
+	var held, opened, closed atomic.Int64
+	for i := 0; i < *n; i++ {
+		go func() {
+			for {
+				c, err := net.DialTimeout("unix", sock, timeout)
+				if err == nil {
+					opened.Add(1)
+					cycle := 0
+					for {
+						cycle++
+						if cycle == 3 {
+							held.Add(1)
+						}
+						if _, err := c.Write([]byte("P")); err != nil {
+							break
+						}
+						// A read that ends before the period is the front's close (nothing is ever answered).
+						_ = c.SetReadDeadline(time.Now().Add(*period))
+						var b [1]byte
+						if _, err := c.Read(b[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+							break
+						}
+					}
+					_ = c.Close()
+					closed.Add(1)
+					if cycle >= 3 {
+						held.Add(-1)
+					}
+				}
+				time.Sleep(*period)
+			}
+		}()
+	}
+	for range time.Tick(time.Second) {
+		fmt.Printf("flood held=%d opened=%d closed=%d\n", held.Load(), opened.Load(), closed.Load())
+	}
+	return 0
+}
+
 func cmdResolve(names []string) int {
 	if conf, err := os.ReadFile("/etc/resolv.conf"); err != nil {
 		fmt.Printf("resolv.conf unreadable: %v\n", err)
@@ -578,7 +632,7 @@ func cmdResolve(names []string) int {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: pdpclient check [--sleep] | watch [--interval D] | resolve NAME...")
+		fmt.Fprintln(os.Stderr, "usage: pdpclient check [--sleep] | watch [--interval D] | flood [--connections N] | resolve NAME...")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -586,6 +640,8 @@ func main() {
 		os.Exit(cmdCheck(os.Args[2:]))
 	case "watch":
 		os.Exit(cmdWatch(os.Args[2:]))
+	case "flood":
+		os.Exit(cmdFlood(os.Args[2:]))
 	case "resolve":
 		os.Exit(cmdResolve(os.Args[2:]))
 	default:

@@ -94,7 +94,7 @@ pub struct NodeProxyFlags {
     #[arg(long, env = "PDP_NODE_PROXY_MAX_SOCKET_CONNECTIONS",
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_socket_connections: Option<u32>,
-    /// TCP connections one client address may hold at once; more are closed at accept.
+    /// Connections one client (a TCP address; on the socket its Pod, or its user) may hold at once; more are closed at accept.
     #[arg(long, env = "PDP_NODE_PROXY_MAX_CONNECTIONS_PER_PEER", default_value_t = 128,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections_per_peer: u32,

@@ -15,7 +15,8 @@ use super::forward::*;
 use super::front_tls::*;
 use super::stats::*;
 use super::*;
-use crate::node::slots::Refused;
+use crate::node::slots::{Client, Refused};
+use pdp_core::peer::pod_uid_of_cgroup;
 
 /// The stable socket as this process created it: removed on exit only if the path still is this socket.
 pub(super) struct OwnedSocket {
@@ -165,7 +166,7 @@ pub(super) async fn accept_loop(listener: Listener, route: Arc<Route>, shared: A
             _ = phase.wait_for(|p| *p != Phase::Serving) => break,
             accepted = accept(&listener) => accepted,
         };
-        let (stream, peer) = match accepted {
+        let (stream, peer, client) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
                 // Out of file descriptors and the like: say so, and do not spin.
@@ -175,11 +176,7 @@ pub(super) async fn accept_loop(listener: Listener, route: Arc<Route>, shared: A
             }
         };
         // A place for the client, or it is closed now: excess costs an accept, never memory.
-        let ip = match &stream {
-            Stream::Tcp(tcp) => tcp.peer_addr().ok().map(|a| a.ip()),
-            Stream::Unix(_) => None,
-        };
-        let slot = match route.slots.admit(ip) {
+        let slot = match route.slots.admit(client) {
             Ok((slot, took)) => {
                 if took {
                     shared.count(|s| s.taken += 1);
@@ -224,7 +221,7 @@ pub(super) fn refuse(route: &Route, shared: &Shared, refused: Refused, peer: &st
     let why = match refused {
         Refused::Peer => {
             shared.count(|s| s.refused_peer += 1);
-            "its address holds --max-connections-per-peer connections already"
+            "this client (its address, or on the socket its Pod or user) holds --max-connections-per-peer connections already"
         }
         Refused::Full => {
             shared.count(|s| s.refused_full += 1);
@@ -259,20 +256,38 @@ pub(super) enum Stream {
     Unix(UnixStream),
 }
 
-pub(super) async fn accept(listener: &Listener) -> io::Result<(Stream, String)> {
+/// A connection, its peer as logged, and who it is for the per-client bound.
+pub(super) async fn accept(listener: &Listener) -> io::Result<(Stream, String, Option<Client>)> {
     match listener {
         Listener::Tcp(l) => {
             let (s, peer) = l.accept().await?;
-            Ok((Stream::Tcp(s), peer.to_string()))
+            Ok((
+                Stream::Tcp(s),
+                peer.to_string(),
+                Some(Client::addr(peer.ip())),
+            ))
         }
         Listener::Unix(l) => {
             let (s, _) = l.accept().await?;
-            let peer = s
-                .peer_cred()
-                .ok()
-                .and_then(|c| c.pid())
-                .map_or_else(|| "unix".to_string(), |pid| format!("unix pid {pid}"));
-            Ok((Stream::Unix(s), peer))
+            let cred = s.peer_cred().ok();
+            let pid = cred.and_then(|c| c.pid()).filter(|pid| *pid > 0);
+            // SO_PEERCRED's pid is in this process's PID namespace (0 when the caller's is not visible): with the
+            // host's (hostPID), its cgroup names the caller's Pod.
+            let pod = pid.and_then(|pid| {
+                let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+                pod_uid_of_cgroup(&text)
+            });
+            let client = match (pod, pid, cred) {
+                (Some(uid), _, _) => Some(Client::Pod(uid.into())),
+                (None, Some(_), Some(cred)) => Some(Client::User(cred.uid())),
+                _ => None,
+            };
+            let peer = match (&client, pid) {
+                (Some(Client::Pod(uid)), Some(pid)) => format!("unix pid {pid} pod {uid}"),
+                (_, Some(pid)) => format!("unix pid {pid}"),
+                _ => "unix".to_string(),
+            };
+            Ok((Stream::Unix(s), peer, client))
         }
     }
 }

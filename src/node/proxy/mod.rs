@@ -322,7 +322,7 @@ pub async fn start(flags: NodeProxyFlags) -> Result<Running, NodeProxyError> {
             newest: watch::Sender::new(None),
             tls: None,
             fallback: flags.fallback_http.clone(),
-            slots: Slots::new(bounds.socket, None),
+            slots: Slots::new(bounds.socket, Some(bounds.per_peer)),
         });
         routes.push(route.clone());
         accept_tasks.push(tokio::spawn(accept_loop(

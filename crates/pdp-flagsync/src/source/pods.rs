@@ -173,25 +173,6 @@ pub async fn follow(client: Client, index: std::sync::Arc<PodIndex>) {
     }
 }
 
-/// The Pod UID in a process's cgroup paths (`/proc/PID/cgroup`): cgroupfs `.../pod<uid>/...` or systemd
-/// `...-pod<uid_with_underscores>.slice/...`.
-pub fn pod_uid_of_cgroup(text: &str) -> Option<String> {
-    for line in text.lines() {
-        let path = line.rsplit(':').next().unwrap_or("");
-        for part in path.split('/') {
-            let part = part.strip_suffix(".slice").unwrap_or(part);
-            let Some(at) = part.rfind("pod") else {
-                continue;
-            };
-            let uid = part[at + 3..].replace('_', "-");
-            if uid.len() == 36 && uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
-                return Some(uid);
-            }
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,21 +192,5 @@ mod tests {
         assert_eq!(index.namespace_of_ip(ip).as_deref(), Some("team-b"));
         assert_eq!(index.on_node("n1").len(), 1);
         assert!(index.on_node("n2").is_empty());
-    }
-
-    #[test]
-    fn pod_uids_from_both_cgroup_drivers() {
-        let uid = "3f2b8c1e-1a2b-4c3d-8e9f-0123456789ab";
-        let cgroupfs = format!("0::/kubepods/besteffort/pod{uid}/0123abcd");
-        let systemd = format!(
-            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-0a.scope",
-            uid.replace('-', "_")
-        );
-        assert_eq!(pod_uid_of_cgroup(&cgroupfs).as_deref(), Some(uid));
-        assert_eq!(pod_uid_of_cgroup(&systemd).as_deref(), Some(uid));
-        assert_eq!(
-            pod_uid_of_cgroup("0::/user.slice/user-0.slice/session-1.scope"),
-            None
-        );
     }
 }
