@@ -1821,6 +1821,35 @@ def _(shared):
            f"{time.monotonic() - t:.1f}s")
 
 
+@case("helm-upgrade-to-the-sidecar-model-enabled-apps-get-their-pdp-container-first-call-succeeds")
+def _(shared):
+    # The third pdp.model by chart values: `enabled` now means a PDP container in each Pod, whose policies come
+    # from the app's namespace.
+    t = time.monotonic()
+    # The front's fallback to the central PDP belongs to the daemonset model: off with it.
+    helm("upgrade", RELEASE, CHART, "--reuse-values", "--set", "pdp.model=sidecar", "--set",
+         "pdp.nodeLocal.fallback=false", timeout=180)
+    figure(f"  helm upgrade --set pdp.model=sidecar: {time.monotonic() - t:.1f}s")
+    ns = namespace("model-sidecar", {"pdp-injector.io/injection": "enabled"})
+    kubectl("create", "-f", "-", input=policies_configmap(ns))
+
+    def sidecar_now():
+        out, err = create({**pending_pod("x", ns), "metadata": {"generateName": "after-", "namespace": ns}})
+        if out is None:
+            raise RuntimeError(err)
+        return (status_of(out) or {}).get("mode") == "sidecar"
+    wait_for("new Pods of an `enabled` namespace wired in sidecar mode", sidecar_now, 180, interval=2)
+    figure(f"  enabled means sidecar {time.monotonic() - t:.1f}s after the upgrade (the kubelet's ConfigMap refresh)")
+    kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"]))
+    rollout("deployment", "app", ns, 120)
+    pod = pod_of(ns, "app")
+    names = [c["name"] for c in pod["spec"]["containers"]]
+    check(names[0] == "cerbos-pdp" and "app" in names, f"no PDP container first in the Pod: {names}")
+    first = logs(ns, pod["metadata"]["name"], "app")
+    check("RESULT ok" in first, f"the app's first call failed: {one_line(first, 800)}")
+    figure(f"  the app's first call: {one_line(' | '.join(lines(first, 'OK ')), 300)}")
+
+
 def uninstall_leaves_nothing(slug):
     """`helm uninstall --wait` while Pods are created in an opted-in namespace (named after `slug`): none refused,
     afterwards none of the release's objects, namespaces or webhook configuration left, and Pods there created
