@@ -6,6 +6,7 @@
 //! is re-exported here under the same names ([`names`], [`duration`], [`size`], [`config`], [`core`],
 //! [`admission`], [`offline`]). This crate adds the I/O, each layer using only those above it:
 //! - [`tls`]: the rustls serving configuration, its reload, certificate files;
+//! - [`h2frame`]: HTTP/2 frame headers, read by the node front and the CSI plugin;
 //! - [`cluster`]: what is kept in step with the cluster (namespaces, self-managed certificates);
 //! - [`webhook`]: the HTTPS server;
 //! - [`check`]: the `check` command's reads of the cluster (its judging is the core's);
@@ -20,6 +21,7 @@ pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod csi;
+pub mod h2frame;
 pub mod heal;
 pub mod node;
 pub mod tls;

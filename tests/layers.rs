@@ -31,12 +31,14 @@ const CORE_LAYERS: &[(&str, &[&str])] = &[
 /// re-exports under the same names, are allowed everywhere: they are below every layer here).
 const BINARY_LAYERS: &[(&str, &[&str])] = &[
     ("tls", &[]),
+    // HTTP/2 frame headers, for the node front and the CSI plugin.
+    ("h2frame", &[]),
     ("cluster", &["tls"]),
     ("webhook", &["tls", "cluster"]),
     ("check", &["tls", "cluster"]),
-    ("node", &["tls"]),
+    ("node", &["tls", "h2frame"]),
     // The CSI node plugin: its own gRPC servers, mounts and gate; nothing of the webhook's.
-    ("csi", &[]),
+    ("csi", &["h2frame"]),
     // The opt-in reconciler: check's judging (the core's), its own lists and evictions.
     ("heal", &["check"]),
     // The command line wires every layer (main.rs only calls it).

@@ -1766,6 +1766,17 @@ def _(shared):
 
 
 
+def wait_new_pods_wired(ns, mode):
+    """Waits until a new Pod of `ns` (never scheduled) is admitted wired in `mode`: after a helm upgrade, once the
+    kubelet has refreshed the webhook's mounted ConfigMap."""
+    def wired():
+        out, err = create({**pending_pod("x", ns), "metadata": {"generateName": "after-", "namespace": ns}})
+        if out is None:
+            raise RuntimeError(err)
+        return (status_of(out) or {}).get("mode") == mode
+    wait_for(f"new Pods of {ns} wired in {mode} mode", wired, 180, interval=2)
+
+
 @case("helm-upgrade-switches-the-default-model-check-names-the-pods-to-restart")
 def _(shared):
     ns = namespace("upgrade", {"pdp-injector.io/injection": "enabled"})
@@ -1779,13 +1790,8 @@ def _(shared):
          "pdp.nodeLocal.enabled=true", timeout=180)
     figure(f"  helm upgrade --set pdp.model=central: {time.monotonic() - t:.1f}s")
 
-    def central_now():
-        out, err = create({**pending_pod("x", ns), "metadata": {"generateName": "after-", "namespace": ns}})
-        if out is None:
-            raise RuntimeError(err)
-        return (status_of(out) or {}).get("mode") == "central"
     # The webhook reloads its config once the kubelet has refreshed the mounted ConfigMap.
-    wait_for("new Pods of an `enabled` namespace wired in central mode", central_now, 180, interval=2)
+    wait_new_pods_wired(ns, "central")
     figure(f"  enabled means central {time.monotonic() - t:.1f}s after the upgrade (the kubelet's ConfigMap refresh)")
     binary = os.environ.get("PDP_INJECTOR_BIN") or str(REPO / "target/debug/pdp-injector")
     p = subprocess.run([binary, "check", "-A", "-o", "json"], capture_output=True, text=True, timeout=120,
@@ -1833,12 +1839,7 @@ def _(shared):
     ns = namespace("model-sidecar", {"pdp-injector.io/injection": "enabled"})
     kubectl("create", "-f", "-", input=policies_configmap(ns))
 
-    def sidecar_now():
-        out, err = create({**pending_pod("x", ns), "metadata": {"generateName": "after-", "namespace": ns}})
-        if out is None:
-            raise RuntimeError(err)
-        return (status_of(out) or {}).get("mode") == "sidecar"
-    wait_for("new Pods of an `enabled` namespace wired in sidecar mode", sidecar_now, 180, interval=2)
+    wait_new_pods_wired(ns, "sidecar")
     figure(f"  enabled means sidecar {time.monotonic() - t:.1f}s after the upgrade (the kubelet's ConfigMap refresh)")
     kubectl("create", "-f", "-", input=client_deployment("app", ns, ["check", "--sleep"]))
     rollout("deployment", "app", ns, 120)

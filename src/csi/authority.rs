@@ -24,24 +24,18 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::h2frame::{
+    CONTINUATION, END_HEADERS, END_STREAM, HEADER_LEN, HEADERS, Header, PADDED, PREFACE, PRIORITY,
+};
+
 /// What replaces the client's `:authority`.
 const AUTHORITY: &[u8] = b"localhost";
-
-/// The HTTP/2 client connection preface.
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// The largest frame payload written (SETTINGS_MAX_FRAME_SIZE's initial value, which the server accepts).
 const MAX_FRAME: usize = 16_384;
 
 /// The largest header block collected (a request's headers are small; a client that sends more is cut off).
 const MAX_BLOCK: usize = 256 * 1024;
-
-const HEADERS: u8 = 0x1;
-const CONTINUATION: u8 = 0x9;
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY: u8 = 0x20;
 
 /// Why a header block cannot be walked.
 #[derive(Debug, PartialEq, Eq)]
@@ -176,15 +170,18 @@ impl<S> FixAuthority<S> {
             self.preface_seen = true;
         }
         let mut at = 0;
-        while self.input.len() - at >= 9 {
-            let head = &self.input[at..at + 9];
-            let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
-            if self.input.len() - at < 9 + len {
+        while let Some(head) = Header::read(&self.input[at..]) {
+            let len = head.len as usize;
+            if self.input.len() - at < HEADER_LEN + len {
                 break;
             }
-            let (kind, flags) = (head[3], head[4]);
-            let stream: [u8; 4] = [head[5], head[6], head[7], head[8]];
-            let payload = &self.input[at + 9..at + 9 + len];
+            let Header {
+                kind,
+                flags,
+                stream,
+                ..
+            } = head;
+            let payload = &self.input[at + HEADER_LEN..at + HEADER_LEN + len];
             match (kind, self.pending.is_some()) {
                 (HEADERS, false) => {
                     let mut body = payload;
@@ -233,7 +230,9 @@ impl<S> FixAuthority<S> {
                     }
                 }
                 (_, true) => return Err(invalid("a frame inside a header block")),
-                (_, false) => self.output.extend_from_slice(&self.input[at..at + 9 + len]),
+                (_, false) => self
+                    .output
+                    .extend_from_slice(&self.input[at..at + HEADER_LEN + len]),
             }
             let done = match (kind, flags) {
                 (HEADERS | CONTINUATION, f) => f & END_HEADERS != 0,
@@ -243,7 +242,7 @@ impl<S> FixAuthority<S> {
                 let block = rewrite_block(&p.block).map_err(|Malformed(why)| invalid(why))?;
                 emit_headers(&mut self.output, &p, &block);
             }
-            at += 9 + len;
+            at += HEADER_LEN + len;
         }
         self.input.drain(..at);
         Ok(())
@@ -256,8 +255,13 @@ fn emit_headers(out: &mut Vec<u8>, p: &Pending, block: &[u8]) {
     let first = (MAX_FRAME - priority.len()).min(block.len());
     let mut frame = |kind: u8, flags: u8, parts: &[&[u8]]| {
         let len: usize = parts.iter().map(|x| x.len()).sum();
-        out.extend_from_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags]);
-        out.extend_from_slice(&p.stream);
+        Header {
+            len: len as u32,
+            kind,
+            flags,
+            stream: p.stream,
+        }
+        .write(out);
         for part in parts {
             out.extend_from_slice(part);
         }

@@ -20,8 +20,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-/// What every HTTP/2 client sends first (RFC 9113 section 3.4).
-const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+use crate::h2frame::{
+    CONTINUATION, END_HEADERS, GOAWAY, HEADER_LEN, HEADERS, Header, PREFACE, PUSH_PROMISE,
+};
 
 const UNDECIDED_MAX: u8 = PREFACE.len() as u8;
 const H2: u8 = 100;
@@ -102,13 +103,6 @@ impl Wire {
     }
 }
 
-const HEADER: usize = 9;
-const HEADERS: u8 = 0x1;
-const PUSH_PROMISE: u8 = 0x5;
-const CONTINUATION: u8 = 0x9;
-const END_HEADERS: u8 = 0x4;
-const GOAWAY: u8 = 0x7;
-
 /// Where the instance's HTTP/2 byte stream is, frame by frame: a frame may only be inserted between two frames,
 /// and not inside a header block (a HEADERS or PUSH_PROMISE without END_HEADERS must be followed by its
 /// CONTINUATION frames and nothing else). Once the instance has sent a GOAWAY of its own, the front sends none:
@@ -116,7 +110,7 @@ const GOAWAY: u8 = 0x7;
 /// connection, calls under way included, when it is.
 #[derive(Debug, Default)]
 pub(super) struct Frames {
-    header: [u8; HEADER],
+    header: [u8; HEADER_LEN],
     /// Bytes of the current frame header seen so far.
     have: usize,
     /// Payload bytes of the current frame still to come.
@@ -158,15 +152,15 @@ impl Frames {
             self.left -= k as u32;
             return k;
         }
-        let k = bytes.len().min(HEADER - self.have);
+        let k = bytes.len().min(HEADER_LEN - self.have);
         self.header[self.have..self.have + k].copy_from_slice(&bytes[..k]);
         self.have += k;
-        if self.have == HEADER {
-            let [a, b, c, kind, flags, ..] = self.header;
-            self.left = u32::from_be_bytes([0, a, b, c]);
-            match kind {
+        if self.have == HEADER_LEN {
+            let head = Header::parse(&self.header);
+            self.left = head.len;
+            match head.kind {
                 HEADERS | PUSH_PROMISE | CONTINUATION => {
-                    self.in_header_block = flags & END_HEADERS == 0
+                    self.in_header_block = head.flags & END_HEADERS == 0
                 }
                 GOAWAY => self.went_away = true,
                 _ => {}
@@ -202,9 +196,14 @@ pub(super) const DRAINING: &str = "pdp-node-front: draining";
 /// `debug` as its debug data.
 pub(super) fn goaway(debug: &str) -> Vec<u8> {
     let len = 8 + debug.len() as u32;
-    let mut frame = Vec::with_capacity(HEADER + len as usize);
-    frame.extend_from_slice(&len.to_be_bytes()[1..]);
-    frame.extend_from_slice(&[0x7, 0, 0, 0, 0, 0]);
+    let mut frame = Vec::with_capacity(HEADER_LEN + len as usize);
+    Header {
+        len,
+        kind: GOAWAY,
+        flags: 0,
+        stream: [0; 4],
+    }
+    .write(&mut frame);
     frame.extend_from_slice(&0x7fff_ffffu32.to_be_bytes());
     frame.extend_from_slice(&0u32.to_be_bytes());
     frame.extend_from_slice(debug.as_bytes());
