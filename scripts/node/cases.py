@@ -22,6 +22,8 @@ import json
 import os
 import re
 import secrets
+import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -1431,6 +1433,29 @@ def first_pem(text):
     return found[0] if found else text.strip()
 
 
+def replicas_serve(cert_pem):
+    """Whether every running webhook replica serves `cert_pem` on its port (a TLS handshake to each Pod's IP)."""
+    pods = json.loads(kubectl("-n", "pdp-system", "get", "pods", "-l", "app.kubernetes.io/name=pdp-injector",
+                              "-o", "json").stdout)["items"]
+    ips = [p["status"].get("podIP") for p in pods
+           if not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Running"]
+    if not ips or not all(ips):
+        return False
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    for ip in ips:
+        try:
+            with socket.create_connection((ip, 8443), timeout=2) as raw, \
+                    ctx.wrap_socket(raw, server_hostname="pdp-injector.pdp-system.svc") as t:
+                served = ssl.DER_cert_to_PEM_cert(t.getpeercert(binary_form=True))
+        except OSError:
+            return False
+        if first_pem(served).split() != cert_pem.split():
+            return False
+    return True
+
+
 @case("certificate-secret-deleted-recreated-cabundle-follows")
 def _(shared):
     ns = namespace("cert", {"pdp-injector.io/injection": "enabled"})
@@ -1448,21 +1473,26 @@ def _(shared):
             if s:
                 seen["secret"] = now
                 seen["new_ca"] = first_pem(base64.b64decode(s["data"]["ca.crt"]).decode())
+                seen["new_cert"] = first_pem(base64.b64decode(s["data"]["tls.crt"]).decode())
         if "secret" in seen and "bundle" not in seen:
             b = webhook_ca_bundles()
             # the current CA is in both webhooks' caBundle (next to retired ones, if the webhook keeps them)
             if b and b != old_bundles and all(seen["new_ca"] in pems(base64.b64decode(x).decode()) for x in b):
                 seen["bundle"] = now
-        # Go on creating Pods for 75 s after caBundle changed (longer than the replicas' 60 s check interval).
-        return ("bundle" in seen and now - seen["bundle"] > 75) or now > 200
+        if "bundle" in seen and "served" not in seen and replicas_serve(seen["new_cert"]):
+            seen["served"] = now
+        # Go on creating Pods for 5 s after every replica serves the new certificate.
+        return ("served" in seen and now - seen["served"] > 5) or now > 200
     created, failures, not_injected = create_loop(ns, stop, "c", interval=0.5)
     figure(f"  Secret recreated after {seen.get('secret', float('nan')):.1f}s, caBundle followed after "
-           f"{seen.get('bundle', float('nan')):.1f}s (new CA: {seen.get('new_ca', '') != old_ca})")
+           f"{seen.get('bundle', float('nan')):.1f}s (new CA: {seen.get('new_ca', '') != old_ca}), every replica "
+           f"served the new certificate after {seen.get('served', float('nan')):.1f}s")
     figure(f"  {created} Pods created meanwhile, {len(failures)} creations refused, {len(not_injected)} not injected")
     if failures:
         figure(f"    refused from +{failures[0][0]:.1f}s to +{failures[-1][0]:.1f}s, first: {failures[0][1][:300]}")
     check("secret" in seen, "the webhook did not recreate its Secret within 200 s")
     check("bundle" in seen, "caBundle did not follow the new Secret within 200 s")
+    check("served" in seen, "the webhook's replicas did not all serve the new certificate within 200 s")
     if failures:
         raise Fail(f"{len(failures)} creations refused after the Secret was deleted (from +{failures[0][0]:.0f}s to "
                    f"+{failures[-1][0]:.0f}s), first: {failures[0][1][:300]}")
