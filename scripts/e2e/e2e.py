@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -35,8 +36,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO / "scripts/lib"))
+sys.path.insert(0, str(HERE))
 import tier  # noqa: E402  (what the tiers share: scripts/lib/tier.py)
 from tier import Fail, check, free_port, one_line  # noqa: E402,F401
+import check_codes  # noqa: E402  (the table of every check finding code)
 WEBHOOK_MANIFEST = REPO / "manifests/base/mutatingwebhookconfiguration.yaml"
 BASE_CONFIG = REPO / "manifests/base/config.yaml"
 PAUSE = "registry.k8s.io/pause:3.9"
@@ -150,6 +153,7 @@ class Harness:
         self.webhook_port = args.webhook_port or free_port(self.webhook_host)
         self.adder_port = free_port(self.webhook_host)
         self.server_minor = None
+        self.etcd_client = self.admin_token = None  # local mode
         self.adder_record = self.workdir / "adder-reviews.jsonl"
 
     # -- processes ------------------------------------------------------------------------------------------------
@@ -368,28 +372,10 @@ class Harness:
         self.start("etcd", tier.etcd_argv(self.args.etcd, "e2e", w / "etcd", etcd_client, etcd_peer))
         self.wait_for("etcd", lambda: tier.etcd_healthy("127.0.0.1", etcd_client), timeout=30, proc="etcd")
 
+        self.etcd_client = etcd_client
+        self.admin_token = admin_token
         api_port = free_port()
-        self.start("kube-apiserver", [
-            self.args.kube_apiserver,
-            "--etcd-servers", f"http://127.0.0.1:{etcd_client}",
-            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
-            "--secure-port", str(api_port),
-            "--cert-dir", str(w / "apiserver-certs"),
-            "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
-            "--client-ca-file", str(pki / "ca.crt"),
-            "--token-auth-file", str(pki / "tokens.csv"),
-            "--authorization-mode", "RBAC",
-            "--service-account-key-file", str(pki / "sa.pub"),
-            "--service-account-signing-key-file", str(pki / "sa.key"),
-            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
-            "--service-cluster-ip-range", "10.0.0.0/24",
-            # No controllers run: no ServiceAccount token controller, so the ServiceAccount admission plugin would
-            # refuse every Pod; no endpoints for a loopback advertise address.
-            "--enable-admission-plugins", "MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
-            "--disable-admission-plugins", "ServiceAccount",
-            "--endpoint-reconciler-type", "none",
-            "--allow-privileged=true",
-            "--profiling=false", "--logtostderr", "-v", "1"])
+        self.start("kube-apiserver", self.apiserver_argv(api_port, "apiserver-certs"))
         (w / "admin.kubeconfig").write_text(self.kubeconfig_text(api_port, pki / "ca.crt", admin_token, "e2e-admin"))
         self.webhook_kubeconfig = w / "pdp-injector.kubeconfig"
         self.webhook_kubeconfig.write_text(
@@ -426,6 +412,35 @@ class Harness:
         except Exception as e:  # noqa: BLE001
             raise RuntimeError(f"kube-apiserver cannot encode YAML ({e}); alive: {self.alive('kube-apiserver')}: "
                                "was reflect2 replaced before the build? (scripts/e2e/build-apiserver.sh)") from e
+
+    def apiserver_argv(self, port, cert_dir, *, etcd_prefix=None, runtime_config=None,
+                       enable=("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"), disable=()):
+        """kube-apiserver on 127.0.0.1:`port` with this harness's etcd, PKI and tokens. `etcd_prefix` gives a second
+        apiserver a world of its own in the same etcd; `runtime_config` turns APIs off."""
+        w, pki = self.workdir, self.workdir / "pki"
+        return [
+            self.args.kube_apiserver,
+            "--etcd-servers", f"http://127.0.0.1:{self.etcd_client}",
+            *(["--etcd-prefix", etcd_prefix] if etcd_prefix else []),
+            *(["--runtime-config", runtime_config] if runtime_config else []),
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+            "--secure-port", str(port),
+            "--cert-dir", str(w / cert_dir),
+            "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
+            "--client-ca-file", str(pki / "ca.crt"),
+            "--token-auth-file", str(pki / "tokens.csv"),
+            "--authorization-mode", "RBAC",
+            "--service-account-key-file", str(pki / "sa.pub"),
+            "--service-account-signing-key-file", str(pki / "sa.key"),
+            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+            "--service-cluster-ip-range", "10.0.0.0/24",
+            # No controllers run: no ServiceAccount token controller, so the ServiceAccount admission plugin would
+            # refuse every Pod; no endpoints for a loopback advertise address.
+            *(["--enable-admission-plugins", ",".join(enable)] if enable else []),
+            "--disable-admission-plugins", ",".join(("ServiceAccount", *disable)),
+            "--endpoint-reconciler-type", "none",
+            "--allow-privileged=true",
+            "--profiling=false", "--logtostderr", "-v", "1"]
 
     @staticmethod
     def kubeconfig_text(port, ca, token, user):
@@ -1351,6 +1366,13 @@ def _(h):
     finally:
         h.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found", check_rc=False)
         h.stop("doubtful-webhook")
+
+
+# -- every finding code of check, each produced here: the table of scripts/e2e/check_codes.py -----------------------
+
+check_codes.register(case, types.SimpleNamespace(
+    pod=pod, needs_local=needs_local, log=log, PAUSE=PAUSE, STATUS=STATUS, INJECT=INJECT, NS_LABEL=NS_LABEL,
+    PSS_LABEL=PSS_LABEL, NAME_LABEL=NAME_LABEL, RUN_LABEL=RUN_LABEL))
 
 
 # -- the webhook down, then back ----------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ pub(super) fn config(view: &ClusterView, install: &mut Section) -> Option<Config
                 "config",
                 format!("{where_} (key config.yaml) not found: judging by the built-in config"),
             ));
-            (where_, Config::builtin())
+            ("the built-in config".to_string(), Config::builtin())
         }
         Some(ConfigSource::Installed(Ok(Some(text)))) => match Config::from_yaml(text) {
             Ok(c) => (where_, c),

@@ -238,7 +238,8 @@ fn csi_coverage(
             Code::NodeWithoutCsiDriver,
             format!("node {name}"),
             format!(
-                "the CSI driver {CSI_DRIVER} is not registered here: a Pod wired with the socket volume ({})                  stays in ContainerCreating on this node",
+                "the CSI driver {CSI_DRIVER} is not registered here: a Pod wired with the socket volume ({}) \
+                 stays in ContainerCreating on this node",
                 users.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
             ),
         )
