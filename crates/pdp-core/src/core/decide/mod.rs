@@ -1,4 +1,5 @@
 //! Decide whether a Pod is wired, how, and why: the precedence table of SPEC.md as one pure function.
+
 mod carried;
 mod namespace;
 
