@@ -243,7 +243,7 @@ pub enum SocketVolume {
     HostPath,
     /// A read-only CSI inline volume of the project's node plugin (driver [`crate::names::CSI_DRIVER`]), in
     /// every namespace, privileged ones too: allowed by every Pod Security level, and the Pod starts only once
-    /// its node's PDP answers. A profile the plugin does not serve (see [`Profile::csi_serves`]) falls back to `hostPath`.
+    /// its node's PDP answers. A profile the plugin does not serve (see [`Profile::csi_serves`](super::Profile::csi_serves)) falls back to `hostPath`.
     Csi,
     /// `hostPath` in `privileged` namespaces; elsewhere `csi` where the cluster has the CSIDriver object (the
     /// webhook reads it at start and every 30 s; `check` reads it too; offline `inject --csi-driver`), TCP only
