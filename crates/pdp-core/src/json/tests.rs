@@ -391,7 +391,7 @@ fn a_block_s_stops_are_its_quotes_backslashes_and_control_characters() {
                 0
             };
             assert_eq!(
-                super::stop_mask(&block),
+                super::blocks::stop_mask(&block),
                 expected,
                 "byte {byte:#04x} at {at}"
             );
@@ -404,7 +404,7 @@ fn a_block_s_stops_are_its_quotes_backslashes_and_control_characters() {
     let expected = (0..64)
         .filter(|&i| [0, 2, 3].contains(&(i % 7)))
         .fold(0u64, |m, i| m | 1 << i);
-    assert_eq!(super::stop_mask(block), expected);
+    assert_eq!(super::blocks::stop_mask(block), expected);
 }
 
 /// A skipped list whose blocks (64 bytes from its `[`) start `shift` bytes further into the same content each
@@ -479,7 +479,7 @@ fn a_block_s_classes_are_its_bytes() {
         for byte in 0..=255u8 {
             let mut block = [b'a'; 64];
             block[at] = byte;
-            let c = super::classify(&block);
+            let c = super::blocks::classify(&block);
             let bit = |yes: bool| if yes { 1u64 << at } else { 0 };
             let what = format!("byte {byte:#04x} at {at}");
             assert_eq!(c.quote, bit(byte == b'"'), "{what}");
@@ -495,13 +495,13 @@ fn escaped_bytes_follow_backslash_runs_into_the_next_block() {
     let mut carry = 0;
     // `\\` escapes its second backslash; `\\\` at the block's end escapes the next block's first byte.
     let backslash = 0b11 | (0b111 << 61);
-    let escaped = super::escaped_bytes(backslash, &mut carry);
+    let escaped = super::blocks::escaped_bytes(backslash, &mut carry);
     assert_eq!(escaped, 0b10 | (1 << 62));
     assert_eq!(carry, 1);
-    assert_eq!(super::escaped_bytes(0, &mut carry), 1);
+    assert_eq!(super::blocks::escaped_bytes(0, &mut carry), 1);
     assert_eq!(carry, 0);
     // An escaped backslash at bit 0 escapes nothing.
     let mut carry = 1;
-    assert_eq!(super::escaped_bytes(0b1, &mut carry), 0b1);
+    assert_eq!(super::blocks::escaped_bytes(0b1, &mut carry), 0b1);
     assert_eq!(carry, 0);
 }

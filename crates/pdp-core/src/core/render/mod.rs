@@ -5,25 +5,28 @@
 //! apiserver would fill in are written explicitly, so the stored object equals what we returned and a
 //! reinvocation compares like with like.
 
+mod apps;
 mod env;
+mod pdp;
 mod sidecar;
 #[cfg(test)]
 mod tests;
 mod volumes;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{Container, EnvVar, Volume};
 
-use env::{OurNames, ensure_env, node_address, node_host_var, relevant_env};
+use apps::{pod_volumes, wire_app_containers};
 pub use env::{app_env, same_source};
+use pdp::{gate_container, pdp_container, place_pdp};
+use sidecar::Classic;
 pub use sidecar::sidecar_container;
-use sidecar::{Classic, classic_sidecar, helper_container};
-use volumes::{ensure_mount, ensure_volume, mtls_volume, socket_volume, tls_volume};
+use volumes::{mtls_volume, socket_volume, tls_volume};
 
-use crate::config::{Config, Mode, NodeAddressFamily, Placement, Profile, SocketBy};
+use crate::config::{Config, Mode, NodeAddressFamily, Profile, SocketBy};
 use crate::core::patch::{Form, JsonPatch, OpValue, PatchBuilder, pointer};
-use crate::core::view::{PodView, SpecView};
+use crate::core::view::PodView;
 use crate::core::{Denial, Plan, Reason, Status, Warning, WarningCode};
 use crate::names::*;
 
@@ -261,66 +264,6 @@ fn wiring(
     (wiring, socket)
 }
 
-/// The init container that holds the app until its node's PDP answers (the profile's `awaitNode`), on a first
-/// daemonset-mode pass of a Pod whose socket does not come by CSI (whose publish already waits for the PDP) and
-/// that is not wired with TLS (the gate asks in plaintext; `held` is true in both cases).
-/// It asks for the profile's health check on the node's HTTP port, which the node's front forwards to the
-/// newest PDP instance: it passes once a PDP serves, not merely once the front listens.
-fn gate_container(
-    pod: &PodView<'_>,
-    plan: &Plan,
-    profile: &Profile,
-    config: &Config,
-    held: bool,
-) -> Result<Option<Gate>, Denial> {
-    if plan.mode != Mode::Daemonset || plan.previous.is_some() || !profile.await_node || held {
-        return Ok(None);
-    }
-    let target = format!(
-        "{}{}",
-        node_address(profile, config.node_address_family, profile.health.port),
-        profile.health.path
-    );
-    let gate = Container {
-        env: Some(vec![node_host_var(profile)]),
-        // Bounded: past it the container fails and the kubelet starts it again after its back-off (a Pod that
-        // never restarts fails instead of starting without its PDP).
-        ..helper_container(
-            INIT_AWAIT,
-            config,
-            vec![
-                TOOLS_BINARY_IN_IMAGE.into(),
-                "wait".into(),
-                "--http".into(),
-                target,
-                "--timeout".into(),
-                "300s".into(),
-            ],
-        )
-    };
-    let mut same_name = pod
-        .init_containers()
-        .iter()
-        .chain(pod.containers())
-        .filter(|c| c.name.as_str() == INIT_AWAIT);
-    match same_name.next() {
-        None => Ok(Some(Gate::Add(Box::new(gate)))),
-        // The gate of an earlier wiring whose status was not believed: kept, and recorded again.
-        Some(c)
-            if pod.init_containers().iter().any(|i| std::ptr::eq(i, c))
-                && c.command
-                    .and_then(|raw| serde_json::from_str::<Vec<String>>(raw.get()).ok())
-                    == gate.command =>
-        {
-            Ok(Some(Gate::Present))
-        }
-        Some(_) => Err(collision(format!(
-            "the Pod already has a container named {INIT_AWAIT:?}, which pdp-injector adds to hold the app \
-             until its node's PDP answers (the profile's awaitNode): rename that container"
-        ))),
-    }
-}
-
 /// The start-up gate a pass gives: added, or already there from an earlier wiring.
 enum Gate {
     Add(Box<Container>),
@@ -331,31 +274,6 @@ enum Gate {
 struct PdpContainer {
     container: Container,
     classic: Option<Classic>,
-}
-
-fn pdp_container(
-    spec: &SpecView<'_>,
-    plan: &Plan,
-    profile: &Profile,
-    config: &Config,
-) -> Option<PdpContainer> {
-    if plan.mode != Mode::Sidecar || plan.previous.is_some() {
-        return None;
-    }
-    let policy = spec.restart_policy.as_ref().map(|p| p.as_str());
-    let run_to_completion = matches!(policy, Some("Never" | "OnFailure"));
-    let on_failure = policy == Some("OnFailure");
-    let mut container = sidecar_container(profile);
-    let classic = (!profile.sidecar.native).then(|| {
-        classic_sidecar(
-            &mut container,
-            profile,
-            config,
-            run_to_completion,
-            on_failure,
-        )
-    });
-    Some(PdpContainer { container, classic })
 }
 
 /// The volumes a first pass adds to the Pod.
@@ -371,165 +289,6 @@ struct PodVolumes {
     add_tools_init: bool,
 }
 
-fn pod_volumes(
-    pod: &PodView<'_>,
-    spec: &SpecView<'_>,
-    plan: &Plan,
-    profile: &Profile,
-    wiring: Wiring,
-    socket: Option<Volume>,
-    pdp: Option<&mut PdpContainer>,
-) -> Result<PodVolumes, Denial> {
-    let classic = pdp.and_then(|p| p.classic.as_ref());
-    let mut out = PodVolumes {
-        new: Vec::new(),
-        added: Vec::new(),
-        count: None,
-        add_tools_init: classic.is_some(),
-    };
-    if plan.previous.is_some() {
-        return Ok(out);
-    }
-    let entries = spec.volume_entries().map_err(invalid)?;
-    out.count = entries.as_ref().map(Vec::len);
-    let existing = entries.unwrap_or_default();
-    let v = &mut out.new;
-    if let Some(s) = socket {
-        ensure_volume(&existing, v, s, "the PDP socket")?;
-    }
-    if plan.mode == Mode::Sidecar {
-        for pv in &profile.volumes {
-            ensure_volume(&existing, v, pv.volume.clone(), "the PDP's own files")?;
-        }
-    }
-    if let Some(c) = classic {
-        let had_tools = existing.iter().any(|e| e.name.as_str() == VOLUME_TOOLS);
-        for volume in &c.volumes {
-            ensure_volume(&existing, v, volume.clone(), "the classic sidecar's helper")?;
-        }
-        let named = pod
-            .init_containers()
-            .iter()
-            .chain(pod.containers())
-            .any(|x| x.name.as_str() == INIT_TOOLS);
-        if named && !had_tools {
-            return Err(collision(format!(
-                "the Pod already has a container named {INIT_TOOLS:?}, which pdp-injector adds for its \
-                 classic sidecar: rename the Pod's container"
-            )));
-        }
-        out.add_tools_init = !named;
-    }
-    if let Some(m) = mtls_volume(profile) {
-        ensure_volume(&existing, v, m, "the mTLS client certificate")?;
-    }
-    if let Some(t) = tls_volume(profile).filter(|_| wiring.tls) {
-        ensure_volume(&existing, v, t, "the PDP's TLS certificates")?;
-    }
-    out.added = out.new.iter().map(|v| v.name.clone()).collect();
-    Ok(out)
-}
-
-/// Lays the variables and mounts into each app container the plan names and a re-wiring has not wired yet;
-/// returns their names.
-fn wire_app_containers(
-    pod: &PodView<'_>,
-    plan: &Plan,
-    profile: &Profile,
-    wiring: Wiring,
-    ours: &[EnvVar],
-    ops: &mut PatchBuilder,
-    warnings: &mut Vec<Warning>,
-) -> Result<Vec<String>, Denial> {
-    let names = &profile.env_names;
-    let depends = [Some(names.address.as_str()), names.http_address.as_deref()];
-    let dependent = (plan.mode == Mode::Daemonset).then_some((&depends[..], names.host.as_str()));
-    let our_names = OurNames::new(ours.iter().map(|e| e.name.as_str()).collect());
-    let mut wired = Vec::new();
-    let mut values: Vec<Option<OpValue>> = vec![None; ours.len()];
-    // Sets, so that the loop stays linear in the Pod's containers.
-    let wanted: BTreeSet<&str> = plan.containers.iter().map(String::as_str).collect();
-    let done: BTreeSet<&str> = plan
-        .previous
-        .as_ref()
-        .map(|s| s.containers.iter().map(String::as_str).collect())
-        .unwrap_or_default();
-    for (i, container) in pod.containers().iter().enumerate() {
-        let name = container.name.as_str();
-        if !wanted.contains(name) || done.contains(name) {
-            continue;
-        }
-        let index = i.to_string();
-        let env = relevant_env(container, &our_names, || {
-            format!("spec.containers[{i}].env")
-        })
-        .map_err(invalid)?;
-        let env_path = pointer(["spec", "containers", &index, "env"]);
-        let inserts = ensure_env(
-            name,
-            env.as_deref().unwrap_or_default(),
-            ours,
-            dependent,
-            warnings,
-        );
-        match env {
-            None => {
-                let mut list: Vec<&EnvVar> = Vec::new();
-                for (at, i) in inserts {
-                    list.insert(at, &ours[i]);
-                }
-                ops.extend(env_path, None, &list);
-            }
-            Some(_) => {
-                for (at, i) in inserts {
-                    // Each of ours is written once for the Pod, then copied into each container's insert.
-                    let value = values[i].get_or_insert_with(|| ops.value(&ours[i])).clone();
-                    ops.insert_value(&env_path, at, value);
-                }
-            }
-        }
-
-        let mounts = container
-            .mount_entries(|| format!("spec.containers[{i}].volumeMounts"))
-            .map_err(invalid)?;
-        let existing = mounts.as_deref().unwrap_or_default();
-        let mut added = Vec::new();
-        let read_only = |name: &str, mount_path: &str| VolumeMount {
-            name: name.into(),
-            mount_path: mount_path.into(),
-            read_only: Some(true),
-            ..Default::default()
-        };
-        if wiring.socket {
-            let mount = read_only(VOLUME_SOCKET, &profile.socket.dir);
-            ensure_mount(name, existing, &mut added, mount)?;
-        }
-        if let Some(m) = &profile.mtls {
-            ensure_mount(
-                name,
-                existing,
-                &mut added,
-                read_only(VOLUME_MTLS, &m.mount_path),
-            )?;
-        }
-        if let Some(t) = profile.tls.as_ref().filter(|_| wiring.tls) {
-            ensure_mount(
-                name,
-                existing,
-                &mut added,
-                read_only(VOLUME_TLS, &t.mount_path),
-            )?;
-        }
-        ops.extend(
-            pointer(["spec", "containers", &index, "volumeMounts"]),
-            mounts.as_ref().map(Vec::len),
-            &added,
-        );
-        wired.push(name.to_string());
-    }
-    Ok(wired)
-}
-
 /// Where the PDP container went.
 struct Placed {
     /// Its name, when one was added.
@@ -538,78 +297,6 @@ struct Placed {
     init_ops: PatchBuilder,
     /// `spec.shareProcessNamespace` is to be set (the classic form's watch container needs it).
     share_processes: bool,
-}
-
-/// Puts the PDP container in its place: a native sidecar among the init containers, a classic one first
-/// among the containers with its watch container last and its helper's init container.
-fn place_pdp(
-    spec: &SpecView<'_>,
-    profile: &Profile,
-    pdp: Option<PdpContainer>,
-    add_tools_init: bool,
-    containers_ops: &mut PatchBuilder,
-) -> Result<Placed, Denial> {
-    let mut placed = Placed {
-        sidecar: None,
-        init_ops: PatchBuilder::new(containers_ops.form()),
-        share_processes: false,
-    };
-    let Some(PdpContainer { container, classic }) = pdp else {
-        return Ok(placed);
-    };
-    placed.sidecar = Some(container.name.clone());
-    let init_ops = &mut placed.init_ops;
-    if profile.sidecar.native {
-        let list = pointer(["spec", "initContainers"]);
-        match (
-            spec.init_containers.as_ref().map(Vec::len),
-            profile.sidecar.placement,
-        ) {
-            (None, _) => init_ops.add(list, &[&container]),
-            (Some(n), Placement::AfterInit) => init_ops.insert(&list, n, &container),
-            (Some(_), Placement::First) => init_ops.insert(&list, 0, &container),
-        }
-        return Ok(placed);
-    }
-    // First among the containers: the kubelet starts them in order, each only once the previous one's
-    // postStart hook has returned. After the app containers' patches, whose indices are the Pod's own.
-    let list = pointer(["spec", "containers"]);
-    let n = spec.containers.as_ref().map(Vec::len);
-    match n {
-        Some(n) if n > 0 => containers_ops.insert(&list, 0, &container),
-        n => containers_ops.extend(list.clone(), n, &[container]),
-    }
-    let Some(c) = classic else {
-        return Ok(placed);
-    };
-    if let Some(watch) = c.watch {
-        // Last among the containers: the kubelet starts it after every app container.
-        containers_ops.insert(&list, n.unwrap_or(0) + 1, &watch);
-        match spec.share_process_namespace {
-            Some(true) => {}
-            None => placed.share_processes = true,
-            Some(false) => {
-                return Err(Denial {
-                    reason: Reason::ProcessNamespaceOff,
-                    message: format!(
-                        "the Pod sets shareProcessNamespace: false, but the classic sidecar {:?} of a \
-                         Pod that runs to completion (restartPolicy Never or OnFailure) is stopped by \
-                         a container that watches the app's processes in the Pod's shared process \
-                         namespace: remove the field (on Kubernetes 1.29+ the native sidecar needs none \
-                         of this)",
-                        profile.container_name
-                    ),
-                });
-            }
-        }
-    }
-    if add_tools_init {
-        let n = spec.init_containers.as_ref().map(Vec::len);
-        placed
-            .init_ops
-            .extend(pointer(["spec", "initContainers"]), n, &[c.init]);
-    }
-    Ok(placed)
 }
 
 /// The status annotation's value: the previous one with the newly wired containers, or a fresh one.

@@ -1,5 +1,6 @@
 //! Rendering on fixtures: each piece of the wiring, its idempotence, its collisions.
 
+use super::env::{OurNames, relevant_env};
 use super::*;
 use serde_json::value::RawValue;
 

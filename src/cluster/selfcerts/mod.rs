@@ -15,6 +15,9 @@
 //! before it. A deleted Secret is recreated with the CAs of the current `caBundle` retired into it, trusted for
 //! `retire_after` only.
 
+mod bundle;
+mod cas;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -26,15 +29,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
-use sha2::Digest;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::cluster::InstallNames;
+use crate::tls::TlsMaterial;
 use crate::tls::certs::{self, Bundle};
-use crate::tls::{self, TlsMaterial};
+
+pub use bundle::{bundle_from_secret, current_ca_bundle, ensure_ca_bundle};
+use cas::field;
+pub use cas::{Ledger, assess, ca_union, fingerprint, split_pem};
 
 /// Settings of self-managed mode: the flags of `serve` that name the webhook's objects, with their defaults and
 /// environment variables (the binary flattens this; [`Settings::new`] parses no arguments), and tuning that is
@@ -118,189 +122,6 @@ pub enum Assessment {
     RenewWithCa(String, String),
     /// Needs a new CA and certificate (absent, unreadable, or the CA itself is expiring).
     Regenerate,
-}
-
-fn field(secret: &Secret, key: &str) -> Option<String> {
-    secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .and_then(|b| String::from_utf8(b.0.clone()).ok())
-}
-
-fn first_cert_expiry(pem: &str) -> Option<i64> {
-    tls::not_after(pem.as_bytes()).ok()
-}
-
-fn has_san(cert_pem: &str, san: &str) -> bool {
-    let Ok(der) = CertificateDer::from_pem_slice(cert_pem.as_bytes()) else {
-        return false;
-    };
-    let Ok((_, cert)) = x509_parser::parse_x509_certificate(&der) else {
-        return false;
-    };
-    let Ok(Some(ext)) = cert.subject_alternative_name() else {
-        return false;
-    };
-    ext.value
-        .general_names
-        .iter()
-        .any(|n| matches!(n, x509_parser::extensions::GeneralName::DNSName(d) if *d == san))
-}
-
-const RETIRED_CAS: &str = "pdp-injector.io/retired-cas";
-const DROPPED_CAS: &str = "pdp-injector.io/dropped-cas";
-/// How many dropped CAs the Secret remembers (a stale replica can re-add only a CA it still knows).
-const DROPPED_KEPT: usize = 32;
-
-/// The certificates of a PEM bundle, one block each, in order; anything else in the text is left out.
-pub fn split_pem(bundle: &str) -> Vec<String> {
-    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
-    const END: &str = "-----END CERTIFICATE-----";
-    let mut out = Vec::new();
-    let mut rest = bundle;
-    while let Some(start) = rest.find(BEGIN) {
-        let Some(len) = rest[start..].find(END) else {
-            break;
-        };
-        let end = start + len + END.len();
-        out.push(format!("{}\n", &rest[start..end]));
-        rest = &rest[end..];
-    }
-    out
-}
-
-/// A short SHA-256 of a certificate's DER, to name a CA in the Secret's ledger.
-pub fn fingerprint(cert_pem: &str) -> Option<String> {
-    let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).ok()?;
-    let digest = sha2::Sha256::digest(der.as_ref());
-    Some(digest[..16].iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// The CAs of `bundles`, in order, each once, without expired, unreadable or `dropped` ones.
-pub fn ca_union<'a>(
-    bundles: impl IntoIterator<Item = &'a str>,
-    dropped: &BTreeSet<String>,
-    now: i64,
-) -> String {
-    let mut seen = BTreeSet::new();
-    let mut out = String::new();
-    for cert in bundles.into_iter().flat_map(split_pem) {
-        let Some(fp) = fingerprint(&cert) else {
-            continue;
-        };
-        let live = first_cert_expiry(&cert).is_some_and(|e| e > now);
-        if live && !dropped.contains(&fp) && seen.insert(fp) {
-            out.push_str(&cert);
-        }
-    }
-    out
-}
-
-/// What the Secret remembers of CAs that are no longer current: when each was retired, and which were dropped.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Ledger {
-    /// Fingerprint -> when it was retired (seconds since the epoch); still trusted.
-    pub retired: BTreeMap<String, i64>,
-    /// Fingerprints no longer trusted, newest last.
-    pub dropped: Vec<String>,
-}
-
-impl Ledger {
-    /// Reads the Secret's annotations; an unreadable ledger is an empty one (nothing is dropped early).
-    pub fn of(secret: &Secret) -> Ledger {
-        let notes = secret.metadata.annotations.as_ref();
-        let read = |key: &str| notes.and_then(|a| a.get(key)).map(String::as_str);
-        Ledger {
-            retired: read(RETIRED_CAS)
-                .and_then(|t| serde_json::from_str(t).ok())
-                .unwrap_or_default(),
-            dropped: read(DROPPED_CAS)
-                .and_then(|t| serde_json::from_str(t).ok())
-                .unwrap_or_default(),
-        }
-    }
-
-    fn annotations(&self) -> BTreeMap<String, String> {
-        let mut a = BTreeMap::new();
-        if !self.retired.is_empty() {
-            a.insert(
-                RETIRED_CAS.into(),
-                serde_json::json!(self.retired).to_string(),
-            );
-        }
-        if !self.dropped.is_empty() {
-            a.insert(
-                DROPPED_CAS.into(),
-                serde_json::json!(self.dropped).to_string(),
-            );
-        }
-        a
-    }
-
-    /// The dropped fingerprints as a set.
-    pub fn dropped_set(&self) -> BTreeSet<String> {
-        self.dropped.iter().cloned().collect()
-    }
-
-    /// Records every CA of `bundle` but the current one as retired at `now` (keeping earlier dates).
-    fn retire_all_but(&mut self, bundle: &str, current: &str, now: i64) {
-        let current = fingerprint(current);
-        for cert in split_pem(bundle) {
-            if let Some(fp) = fingerprint(&cert)
-                && Some(&fp) != current.as_ref()
-            {
-                self.retired.entry(fp).or_insert(now);
-            }
-        }
-    }
-
-    /// Moves the CAs retired at least `after` ago to `dropped`; returns whether any moved.
-    fn drop_due(&mut self, now: i64, after: Duration) -> bool {
-        let after = i64::try_from(after.as_secs()).unwrap_or(i64::MAX);
-        let due: Vec<String> = self
-            .retired
-            .iter()
-            .filter(|(_, at)| now.saturating_sub(**at) >= after)
-            .map(|(fp, _)| fp.clone())
-            .collect();
-        for fp in &due {
-            self.retired.remove(fp);
-            self.dropped.push(fp.clone());
-        }
-        let excess = self.dropped.len().saturating_sub(DROPPED_KEPT);
-        self.dropped.drain(..excess);
-        !due.is_empty()
-    }
-}
-
-/// Decides, without I/O, whether a Secret's certificates can be used at `now` (seconds since the epoch).
-pub fn assess(secret: &Secret, settings: &Settings, now: i64) -> Assessment {
-    let renew_at = |expiry: i64| expiry - settings.renew_before() * 86_400 <= now;
-    let (Some(ca_cert), Some(ca_key)) = (field(secret, "ca.crt"), field(secret, "ca.key")) else {
-        return Assessment::Regenerate;
-    };
-    let ca_usable = first_cert_expiry(&ca_cert).is_some_and(|e| !renew_at(e))
-        && rcgen::KeyPair::from_pem(&ca_key).is_ok();
-    if !ca_usable {
-        return Assessment::Regenerate;
-    }
-    let (Some(cert), Some(key)) = (field(secret, "tls.crt"), field(secret, "tls.key")) else {
-        return Assessment::RenewWithCa(ca_cert, ca_key);
-    };
-    let material = TlsMaterial {
-        cert_pem: cert.clone().into_bytes(),
-        key_pem: key.into_bytes(),
-        client_ca_pem: None,
-    };
-    let sound = tls::build(&material).is_ok()
-        && first_cert_expiry(&cert).is_some_and(|e| !renew_at(e))
-        && settings.sans().iter().all(|s| has_san(&cert, s));
-    if sound {
-        Assessment::Valid(material, ca_cert)
-    } else {
-        Assessment::RenewWithCa(ca_cert, ca_key)
-    }
 }
 
 /// A serving certificate signed by an existing CA.
@@ -478,84 +299,6 @@ pub async fn ensure_secret(
         ATTEMPTS,
         settings.names.secret.clone(),
     ))
-}
-
-fn bundle_of(webhook: &k8s_openapi::api::admissionregistration::v1::MutatingWebhook) -> String {
-    webhook
-        .client_config
-        .ca_bundle
-        .as_ref()
-        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .unwrap_or_default()
-}
-
-/// The CAs of every webhook's `caBundle` (empty when the configuration does not exist yet).
-pub async fn current_ca_bundle(
-    api: &Api<MutatingWebhookConfiguration>,
-    name: &str,
-) -> Result<String, SelfCertError> {
-    Ok(api
-        .get_opt(name)
-        .await?
-        .and_then(|c| c.webhooks)
-        .into_iter()
-        .flatten()
-        .map(|w| bundle_of(&w))
-        .collect())
-}
-
-/// The `caBundle` a Secret stands for: its CAs (current first, then the retired ones still trusted), less
-/// expired, unreadable and dropped ones.
-pub fn bundle_from_secret(secret: &Secret, now: i64) -> String {
-    let cas = field(secret, "ca.crt").unwrap_or_default();
-    ca_union([cas.as_str()], &Ledger::of(secret).dropped_set(), now)
-}
-
-/// Makes every webhook's `caBundle` exactly [`bundle_from_secret`] of the Secret `secret_name`, read after the
-/// configuration and written with the configuration's resourceVersion (a conflict re-reads both). Whatever else
-/// `caBundle` held (a CA someone injected, garbage) is not kept. Returns whether anything changed.
-pub async fn ensure_ca_bundle(
-    api: &Api<MutatingWebhookConfiguration>,
-    name: &str,
-    secrets: &Api<Secret>,
-    secret_name: &str,
-) -> Result<bool, SelfCertError> {
-    const ATTEMPTS: usize = 8;
-    for _ in 0..ATTEMPTS {
-        let now = time::OffsetDateTime::now_utc().unix_timestamp();
-        let mut config = api.get(name).await?;
-        let want = match secrets.get_opt(secret_name).await? {
-            Some(secret) => bundle_from_secret(&secret, now),
-            None => String::new(),
-        };
-        if want.is_empty() {
-            return Err(SelfCertError::NoCa(secret_name.to_string()));
-        }
-        let mut changed = false;
-        for webhook in config.webhooks.iter_mut().flatten() {
-            let want = Some(ByteString(want.as_bytes().to_vec()));
-            if webhook.client_config.ca_bundle != want {
-                webhook.client_config.ca_bundle = want;
-                changed = true;
-            }
-        }
-        if !changed {
-            return Ok(false);
-        }
-        match api.replace(name, &PostParams::default(), &config).await {
-            Ok(_) => {
-                info!(
-                    webhook_config = name,
-                    cas = split_pem(&want).len(),
-                    "caBundle updated"
-                );
-                return Ok(true);
-            }
-            Err(e) if is_status(&e, kube::core::Status::is_conflict) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(SelfCertError::Contention(ATTEMPTS, name.to_string()))
 }
 
 /// One pass: the Secret, then the caBundle.
