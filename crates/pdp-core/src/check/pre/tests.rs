@@ -1,6 +1,8 @@
 //! `check --pre` on fixtures: a cluster every model can run on, then each finding and what it stops.
 
 use super::*;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use serde_json::{Value, json};
 
 fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
