@@ -2,7 +2,7 @@
 """The structural checks of scripts/validate-manifests.sh on one rendered overlay (a directory of documents):
 `split`, `refs`, `cel`, `configs`, `wiring` (see the shell script's header for what each checks). PyYAML comes
 with kubernetes-validate, which the shell script installs."""
-import json, os, re, subprocess, sys
+import os, re, subprocess, sys
 import yaml
 
 CLUSTER_SCOPED = {

@@ -19,7 +19,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
