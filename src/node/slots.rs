@@ -19,7 +19,7 @@
 //! place of its own connection quiet the longest, or is closed at accept when each of its connections is in an
 //! exchange, whatever the rest.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -218,18 +218,19 @@ impl Client {
 
 struct Open {
     conns: HashMap<u64, (Arc<Conn>, Option<Client>)>,
-    peers: HashMap<Client, u32>,
+    /// Each client's connections (their ids): their number is the client's count.
+    peers: HashMap<Client, HashSet<u64>>,
 }
 
 impl Open {
-    /// The connection (of `client` when given) that can be closed and has been quiet the longest.
-    fn quietest(&self, client: Option<&Client>) -> Option<u64> {
-        self.conns
-            .iter()
-            .filter(|(_, (_, c))| client.is_none_or(|want| c.as_ref() == Some(want)))
-            .filter_map(|(id, (conn, _))| conn.activity.closable_for().map(|q| (q, *id)))
-            .max()
-            .map(|(_, id)| id)
+    /// Of `ids`, the connection that can be closed and has been quiet the longest.
+    fn quietest<'a>(&self, ids: impl Iterator<Item = &'a u64>) -> Option<u64> {
+        ids.filter_map(|id| {
+            let (conn, _) = self.conns.get(id)?;
+            conn.activity.closable_for().map(|q| (q, *id))
+        })
+        .max()
+        .map(|(_, id)| id)
     }
 
     /// Counts a connection out (its task closes it at its next poll when `tell`).
@@ -241,10 +242,10 @@ impl Open {
             conn.taken.notify_one();
         }
         if let Some(client) = client
-            && let Some(n) = self.peers.get_mut(&client)
+            && let Some(ids) = self.peers.get_mut(&client)
         {
-            *n -= 1;
-            if *n == 0 {
+            ids.remove(&id);
+            if ids.is_empty() {
                 self.peers.remove(&client);
             }
         }
@@ -301,14 +302,16 @@ impl Slots {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         let mut took = false;
         if let (Some(bound), Some(client)) = (self.per_peer, &peer)
-            && open.peers.get(client).copied().unwrap_or(0) >= bound
+            && let Some(ids) = open.peers.get(client)
+            && ids.len() >= bound as usize
         {
-            let id = open.quietest(Some(client)).ok_or(Refused::Peer)?;
+            // Only this client's own connections are looked at: a client refused at its bound costs its share.
+            let id = open.quietest(ids.iter()).ok_or(Refused::Peer)?;
             open.remove(id, true);
             took = true;
         }
         if open.conns.len() >= self.limit {
-            let id = open.quietest(None).ok_or(Refused::Full)?;
+            let id = open.quietest(open.conns.keys()).ok_or(Refused::Full)?;
             open.remove(id, true);
             took = true;
         }
@@ -318,7 +321,7 @@ impl Slots {
             taken: Notify::new(),
         });
         if let Some(client) = &peer {
-            *open.peers.entry(client.clone()).or_default() += 1;
+            open.peers.entry(client.clone()).or_default().insert(id);
         }
         open.conns.insert(id, (conn.clone(), peer));
         self.count.send_replace(open.conns.len());
