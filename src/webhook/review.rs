@@ -3,7 +3,6 @@
 //! doubt is settled by one policy ([`review_in_namespace`]), and every error answer is an [`ApiError`], counted
 //! once where it is turned into a response.
 
-use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -19,11 +18,11 @@ use super::server::AppState;
 use crate::admission;
 use crate::cluster::namespaces::NamespaceSource;
 use crate::config::Config;
-use crate::core::{Denial, NamespaceInfo};
+use crate::core::{Denial, NamespaceInfo, Outcome};
 use crate::duration::parse_duration;
 
-/// What a review gives: the AdmissionReview answer's bytes and what to log, or why the request is not one.
-type ReviewResult = Result<(Vec<u8>, admission::ReviewSummary), admission::ReviewError>;
+/// What a review gives: the AdmissionReview answer's bytes and what to log.
+type Answered = (Vec<u8>, admission::ReviewSummary);
 
 /// An error answer: its status and its metric come from its kind. [`AppState::refuse`] is the one place that
 /// counts it and renders it.
@@ -216,10 +215,10 @@ async fn answer(state: &AppState, entry: Entry, request: Request) -> Result<Resp
     let config = state.config();
     let body = Arc::new(body);
     let held = Arc::new((permit, body_budget));
-    let result = review_in_namespace(state, entry, &held, &body, &config).await?;
+    let answered = off_thread(state, entry, &held, &body, &config).await?;
     // The review is over: its permit and its body's budget go back (the answer counts on its own below).
     drop(held);
-    review_response(state, result)
+    review_response(state, answered)
 }
 
 /// The request's body, read within the size limit and the memory budget, with the budget it holds.
@@ -274,92 +273,69 @@ async fn receive(
     })
 }
 
-/// The namespace-doubt policy. The review runs on the watch's cached namespace; when the cache could not vouch
-/// for it (not seen yet, or the apiserver matched an opt-in label the cache does not show) and the answer could
-/// depend on its labels, the apiserver is asked once and the review runs again on what it says. When it cannot
-/// be read, never a guessed skip: the opted-in entry refuses the Pod (`namespace_unreadable`), and the generic
-/// entry answers an HTTP error so that its failure policy decides (`Ignore` admits as before, `Fail` refuses).
-async fn review_in_namespace<H: Send + Sync + 'static>(
-    state: &AppState,
+/// One review, each stage once: decode, the namespace when the answer depends on it ([`resolve`]), decide and
+/// render, encode.
+async fn review(
+    namespaces: &dyn NamespaceSource,
     entry: Entry,
-    held: &Arc<H>,
-    body: &Arc<Vec<u8>>,
-    config: &Arc<Config>,
-) -> Result<ReviewResult, ApiError> {
-    let namespaces = state.namespaces.clone();
-    let (result, doubt) = off_thread(held, body, config, move |body, config| {
-        first_review(&*namespaces, entry, body, config)
-    })
-    .await
-    .ok_or_else(review_failed)?;
-    let Some(name) = doubt.filter(|_| depends_on_labels(&result)) else {
-        return Ok(result);
+    body: &[u8],
+    config: &Config,
+) -> Result<Answered, ApiError> {
+    let request = admission::decode(body).map_err(|e| {
+        warn!(error = %e, "bad admission request");
+        ApiError::new(ErrorKind::BadRequest, e.to_string())
+    })?;
+    let outcome = match request.namespace_needed(config) {
+        None => request.decide(config, None),
+        Some(name) => match resolve(namespaces, entry, name).await? {
+            Namespace::Known(info) => request.decide(config, Some(&info)),
+            Namespace::Refused(denial) => Outcome::Denied(denial),
+        },
     };
-    let why = match state.namespaces.fetch(&name).await {
-        Ok(Some(info)) => {
-            return off_thread(held, body, config, move |body, config| {
-                admission::review(body, config, &|_: &str| info.clone())
-            })
-            .await
-            .ok_or_else(review_failed);
-        }
+    Ok(request.answer(&outcome))
+}
+
+/// What [`resolve`] settles of a namespace.
+enum Namespace {
+    Known(NamespaceInfo),
+    /// The namespace could not be read for an opted-in entry's Pod: the Pod is refused.
+    Refused(Denial),
+}
+
+/// The namespace-doubt policy, for a request whose answer depends on its namespace's labels. The watch's cache
+/// answers when it can vouch (it knows the namespace, and shows the opt-in label when the apiserver matched
+/// one); otherwise the apiserver is asked once. When it cannot be read, never a guessed skip: the opted-in
+/// entry refuses the Pod (`namespace_unreadable`), and the generic entry answers an HTTP error so that its
+/// failure policy decides (`Ignore` admits as before, `Fail` refuses).
+async fn resolve(
+    namespaces: &dyn NamespaceSource,
+    entry: Entry,
+    name: &str,
+) -> Result<Namespace, ApiError> {
+    match namespaces.lookup(name) {
+        Some(info) if entry == Entry::Pods || info.opted_in() => return Ok(Namespace::Known(info)),
+        _ => {}
+    }
+    let why = match namespaces.fetch(name).await {
+        Ok(Some(info)) => return Ok(Namespace::Known(info)),
         Ok(None) => "it does not exist".to_string(),
         Err(e) => e,
     };
     if entry == Entry::Pods {
-        // Not a Pod CREATE, or an excluded namespace: the namespace cannot matter, the review stands.
-        if config.excluded_namespaces.contains(&name) || !admission::is_pod_create(body) {
-            return Ok(result);
-        }
-        let denial = Denial::namespace_doubt(&name, &why);
+        let denial = Denial::namespace_doubt(name, &why);
         error!(namespace = %name, reason = denial.reason.code(), "{}", denial.message);
         return Err(ApiError::new(
             ErrorKind::NamespaceUnreadable,
             denial.to_string(),
         ));
     }
-    let denial = Denial::namespace_unreadable(&name, &why);
+    let denial = Denial::namespace_unreadable(name, &why);
     error!(namespace = %name, reason = denial.reason.code(), "{}", denial.message);
-    Ok(admission::refuse(
-        body,
-        config,
-        &|_: &str| NamespaceInfo::named(&name),
-        denial,
-    ))
-}
-
-/// The first review, on the cached namespace; with the name of the namespace when the cache could not vouch
-/// for it.
-fn first_review(
-    namespaces: &dyn NamespaceSource,
-    entry: Entry,
-    body: &[u8],
-    config: &Config,
-) -> (ReviewResult, Option<String>) {
-    // The core asks for the namespace through a plain `Fn`; the cell notes whether the answer was a guess.
-    let doubt = Cell::new(None::<String>);
-    let lookup = |ns: &str| match namespaces.lookup(ns) {
-        // The apiserver matched an opt-in label that the cache does not show (yet): find out.
-        Some(info) if entry == Entry::OptedIn && !info.opted_in() => {
-            doubt.set(Some(ns.to_string()));
-            info
-        }
-        Some(info) => info,
-        None => {
-            doubt.set(Some(ns.to_string()));
-            NamespaceInfo::named(ns)
-        }
-    };
-    let result = admission::review(body, config, &lookup);
-    (result, doubt.into_inner())
+    Ok(Namespace::Refused(denial))
 }
 
 /// The answer to a review, with its log line and metrics.
-fn review_response(state: &AppState, result: ReviewResult) -> Result<Response, ApiError> {
-    let (bytes, summary) = result.map_err(|e| {
-        warn!(error = %e, "bad admission request");
-        ApiError::new(ErrorKind::BadRequest, e.to_string())
-    })?;
+fn review_response(state: &AppState, (bytes, summary): Answered) -> Result<Response, ApiError> {
     state.metrics.review(summary.reason);
     record_summary(&Span::current(), &summary);
     info!(
@@ -449,49 +425,36 @@ pub fn keep_review_memory() {
     drop(std::hint::black_box(vec![0u8; 2 * INLINE_REVIEW_BYTES]));
 }
 
-/// Runs `work` with the request's body and config. A larger body goes to the blocking pool: a review's cost grows
-/// with the Pod, and on an async worker the request's deadline could not cut it off (the 504 waits for it) nor
-/// could other requests run meanwhile. `held` (the review's permit and the body's budget) is kept until `work`
+/// Runs the [`review`] of the request's body. A larger body goes to the blocking pool: a review's cost grows with
+/// the Pod, and on an async worker the request's deadline could not cut it off (the 504 waits for it) nor could
+/// other requests run meanwhile. `held` (the review's permit and the body's budget) is kept until the review
 /// ends, also when the deadline answered first, so the in-flight bound and the memory budget still count what
-/// runs. `None`: `work` panicked (a bug; the request gets a 500), inline or not.
-async fn off_thread<T, H>(
+/// runs. A review that panicked (a bug) answers a 500, inline or not.
+async fn off_thread<H: Send + Sync + 'static>(
+    state: &AppState,
+    entry: Entry,
     held: &Arc<H>,
     body: &Arc<Vec<u8>>,
     config: &Arc<Config>,
-    work: impl FnOnce(&[u8], &Config) -> T + Send + 'static,
-) -> Option<T>
-where
-    T: Send + 'static,
-    H: Send + Sync + 'static,
-{
+) -> Result<Answered, ApiError> {
+    use futures_util::FutureExt;
     if body.len() <= INLINE_REVIEW_BYTES {
-        let run = std::panic::AssertUnwindSafe(|| work(body, config));
-        return std::panic::catch_unwind(run).ok();
+        let run = std::panic::AssertUnwindSafe(review(&*state.namespaces, entry, body, config));
+        return run
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| Err(review_failed()));
     }
     let (held, body, config) = (held.clone(), body.clone(), config.clone());
+    let namespaces = state.namespaces.clone();
+    // The pool's thread runs the review to its end, the namespace's fetch included when it needs one.
+    let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
         let _held = held;
-        work(&body, &config)
+        runtime.block_on(review(&*namespaces, entry, &body, &config))
     })
     .await
-    .ok()
-}
-
-/// Whether a review answered with an unlabelled namespace could change with the namespace's labels: not for a
-/// namespace excluded by name, a mirror Pod, an object that is not a Pod, or a request that is not a Pod CREATE.
-/// Only then is the namespace fetched (each fetch is a GET the apiserver counts against the webhook's account).
-fn depends_on_labels(result: &ReviewResult) -> bool {
-    use crate::core::Reason;
-    match result {
-        Ok((_, summary)) => !matches!(
-            summary.reason,
-            Reason::ExcludedNamespace
-                | Reason::MirrorPod
-                | Reason::InvalidObject
-                | Reason::NotAPodCreate
-        ),
-        Err(_) => false,
-    }
+    .unwrap_or_else(|_| Err(review_failed()))
 }
 
 fn review_failed() -> ApiError {

@@ -10,7 +10,7 @@
 //! without building anything (`scan_text`: the same after one UTF-8 check of the body, as the review reads it;
 //! `scan_fast`: the same with the webhook's own reader, `pdp_core::json`).
 //! The other stages are the steps of `review`: `decode` (its one pass: the AdmissionReview and the core's
-//! `PodView` of the Pod, `admission::decode_stage`), `view` (the `PodView` alone, from the Pod's slice),
+//! `PodView` of the Pod, `admission::decode`), `view` (the `PodView` alone, from the Pod's slice),
 //! `decide`, `render` (the wiring as a patch, which parses the lists it extends), `encode` (patch JSON, base64,
 //! the response envelope: `admission::encode_stage`); and `parse_pod`, the whole typed Pod, for comparison (no
 //! production path parses it).
@@ -62,7 +62,11 @@ fn stages(c: &mut Criterion) {
             let input = body(size, class);
             let id = |stage: &str| BenchmarkId::new(format!("{class:?}/{stage}"), label);
             group.bench_function(id("decode"), |b| {
-                b.iter(|| admission::decode_stage(std::hint::black_box(&input)).unwrap())
+                b.iter(|| {
+                    admission::decode(std::hint::black_box(&input))
+                        .map(drop)
+                        .unwrap()
+                })
             });
             let raw = raw_object(&input);
             group.bench_function(id("view"), |b| {

@@ -1,20 +1,17 @@
-//! `admission.k8s.io/v1` AdmissionReview in, AdmissionReview out: decoding, the core, encoding. No I/O, so the
-//! webhook handler, the benchmarks and the tests all run exactly this.
-//!
-//! One parse path: the envelope is derived with borrowed strings and the object read as the core's
-//! [`PodView`](crate::core::PodView) in the same pass, so the answer never depends on the order of the
-//! request's keys and the object is scanned once (see [`review`]).
+//! `admission.k8s.io/v1` AdmissionReview in, AdmissionReview out, as stages: [`decode`] once, the namespace
+//! when [`Request::namespace_needed`] says the answer depends on it, [`Request::decide`] (decide and render),
+//! [`Request::answer`] (encode). No I/O: the webhook runs these stages with its namespace policy, and
+//! [`review`] runs them with a plain lookup for the benchmarks, the fuzzer and the tests.
 
 use std::collections::BTreeMap;
 
 use base64::Engine;
-use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::config::Config;
 use crate::core::{
-    Denial, NamespaceInfo, Outcome, PodView, Reason, Warning, inject_json, inject_view,
+    Denial, NamespaceInfo, Outcome, PodView, Reason, Warning, inject_view, reads_namespace,
 };
 
 /// The only AdmissionReview version pdp-injector speaks (the MutatingWebhookConfiguration asks for it alone).
@@ -79,18 +76,6 @@ struct RequestIn<'a, O> {
     dry_run: Option<bool>,
     #[serde(default = "none")]
     object: Option<O>,
-}
-
-impl<O> RequestIn<'_, O> {
-    fn head(&self) -> RequestHead<'_> {
-        RequestHead {
-            uid: &self.uid,
-            namespace: self.namespace.clone().unwrap_or_default(),
-            name: self.name.as_deref(),
-            operation: self.operation.as_deref(),
-            dry_run: self.dry_run,
-        }
-    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -177,8 +162,8 @@ const NOT_A_POD_CREATE: Outcome = Outcome::Skipped {
     warnings: vec![],
 };
 
-/// Decodes the envelope with the object as `O`: the core's view of a Pod, a slice of the body, or nothing.
-fn decode<'a, O: Deserialize<'a>>(body: &'a [u8]) -> Result<RequestIn<'a, O>, ReviewError> {
+/// Decodes the envelope with the object as `O`: the core's view of a Pod or a slice of the body.
+fn decode_as<'a, O: Deserialize<'a>>(body: &'a [u8]) -> Result<RequestIn<'a, O>, ReviewError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ReviewError::Empty);
     }
@@ -215,55 +200,125 @@ fn no_object() -> Outcome {
     })
 }
 
-/// Answers one AdmissionReview body. `namespace` turns a namespace name into what the core needs to know of it.
-///
-/// One pass: the envelope and, whatever the request, its object as the core's [`PodView`] (a few fields; the
-/// rest of the object is skipped without allocating, and `oldObject` entirely), so the order of the keys never
-/// matters. Only when that pass fails is the body decoded again, with the object as an unparsed slice, to tell
-/// a request that is not a Pod CREATE (answered as usual) from a Pod whose fields are not of the Pod's shape
-/// (denied with the parser's message); both passes read the object with the same type.
+/// What a decoded request carries as its object, read once.
+enum Object<'a> {
+    /// The Pod of a Pod CREATE, as the core reads it.
+    Pod(PodView<'a>),
+    /// The object of a Pod CREATE is not of the Pod's shape: the parser's message.
+    Invalid(String),
+    /// No object, or a request that is not a Pod CREATE (its object is never read).
+    Absent,
+}
+
+/// One AdmissionReview request, decoded once: the stages after [`decode`] ([`Request::namespace_needed`],
+/// [`Request::decide`], [`Request::answer`]) read it and never the body again.
+pub struct Request<'a> {
+    uid: String,
+    namespace: String,
+    name: Option<String>,
+    operation: Option<String>,
+    dry_run: Option<bool>,
+    pod_create: bool,
+    object: Object<'a>,
+}
+
+/// Decodes one AdmissionReview body. One pass reads the envelope and, whatever the request, its object as the
+/// core's [`PodView`] (the rest of the object is skipped without allocating, `oldObject` entirely), so the
+/// order of the keys never matters. Only when that pass fails is the envelope read again with the object as an
+/// unparsed slice, to tell a request that is not a Pod CREATE from a Pod not of the Pod's shape.
+pub fn decode(body: &[u8]) -> Result<Request<'_>, ReviewError> {
+    match decode_as::<PodView<'_>>(body) {
+        Ok(mut request) => {
+            let pod_create = request.is_pod_create();
+            let object = match request.object.take() {
+                Some(pod) if pod_create => Object::Pod(pod),
+                _ => Object::Absent,
+            };
+            Ok(Request::new(request, pod_create, object))
+        }
+        Err(ReviewError::Malformed(_)) => {
+            let mut request = decode_as::<&RawValue>(body)?;
+            let pod_create = request.is_pod_create();
+            let object = match request.object.take() {
+                Some(raw) if pod_create => match PodView::parse(raw.get()) {
+                    Ok(pod) => Object::Pod(pod),
+                    Err(e) => Object::Invalid(e.to_string()),
+                },
+                _ => Object::Absent,
+            };
+            Ok(Request::new(request, pod_create, object))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+impl<'a> Request<'a> {
+    fn new<O>(request: RequestIn<'_, O>, pod_create: bool, object: Object<'a>) -> Request<'a> {
+        Request {
+            uid: request.uid,
+            namespace: request.namespace.unwrap_or_default(),
+            name: request.name,
+            operation: request.operation,
+            dry_run: request.dry_run,
+            pod_create,
+            object,
+        }
+    }
+
+    /// The namespace whose labels the answer depends on; `None` when no label can change it (not a Pod
+    /// CREATE, no Pod or not of the Pod's shape, a namespace excluded by name, a mirror Pod).
+    pub fn namespace_needed(&self, config: &Config) -> Option<&str> {
+        match &self.object {
+            Object::Pod(pod) if reads_namespace(pod, &self.namespace, config) => {
+                Some(&self.namespace)
+            }
+            _ => None,
+        }
+    }
+
+    /// Decides and renders. `namespace` is what is known of the request's namespace; `None` reads it as an
+    /// unlabelled namespace of that name (what a request that does not need it, or an offline run, uses).
+    pub fn decide(&self, config: &Config, namespace: Option<&NamespaceInfo>) -> Outcome {
+        if !self.pod_create {
+            return NOT_A_POD_CREATE;
+        }
+        match &self.object {
+            Object::Pod(pod) => match namespace {
+                Some(ns) => inject_view(pod, ns, config),
+                None => inject_view(pod, &NamespaceInfo::named(&self.namespace), config),
+            },
+            Object::Invalid(message) => Outcome::Denied(Denial::invalid_object(message)),
+            Object::Absent => no_object(),
+        }
+    }
+
+    /// The response AdmissionReview for `outcome`, and the summary for logs and metrics.
+    pub fn answer(&self, outcome: &Outcome) -> (Vec<u8>, ReviewSummary) {
+        let head = RequestHead {
+            uid: &self.uid,
+            namespace: self.namespace.clone(),
+            name: self.name.as_deref(),
+            operation: self.operation.as_deref(),
+            dry_run: self.dry_run,
+        };
+        respond(&head, outcome)
+    }
+}
+
+/// Answers one AdmissionReview body: [`decode`], the namespace through `namespace` when the answer depends on
+/// it, [`Request::decide`], [`Request::answer`]. The webhook runs the same stages with its own namespace policy.
 pub fn review(
     body: &[u8],
     config: &Config,
     namespace: &dyn Fn(&str) -> NamespaceInfo,
 ) -> Result<(Vec<u8>, ReviewSummary), ReviewError> {
-    let request = match decode::<PodView<'_>>(body) {
-        Ok(request) => request,
-        Err(ReviewError::Malformed(_)) => {
-            let request = decode::<&RawValue>(body)?;
-            let head = request.head();
-            let outcome = match request.object {
-                _ if !request.is_pod_create() => NOT_A_POD_CREATE,
-                Some(raw) => inject_json(raw.get(), &namespace(&head.namespace), config),
-                None => no_object(),
-            };
-            return Ok(respond(&head, &outcome));
-        }
-        Err(e) => return Err(e),
-    };
-    let head = request.head();
-    let outcome = match &request.object {
-        _ if !request.is_pod_create() => NOT_A_POD_CREATE,
-        Some(pod) => inject_view(pod, &namespace(&head.namespace), config),
-        None => no_object(),
-    };
-    Ok(respond(&head, &outcome))
+    let request = decode(body)?;
+    let known = request.namespace_needed(config).map(namespace);
+    Ok(request.answer(&request.decide(config, known.as_ref())))
 }
 
-/// The first stage of [`review`] alone: the one-pass decode of the envelope with the object as the core's
-/// [`PodView`]. For the benchmark tools (bench/), which time the stages one at a time.
-pub fn decode_stage(body: &[u8]) -> Result<(), ReviewError> {
-    decode::<PodView<'_>>(body).map(drop)
-}
-
-/// Whether `body` is an AdmissionReview of a Pod CREATE (the only request whose answer depends on its
-/// namespace's labels); false for anything that does not decode.
-pub fn is_pod_create(body: &[u8]) -> bool {
-    decode::<IgnoredAny>(body).is_ok_and(|r| r.is_pod_create())
-}
-
-/// The last stage of [`review`] alone: the AdmissionReview answer for `outcome` (patch JSON, base64, envelope).
-/// For the benchmark tools.
+/// The AdmissionReview answer for `outcome` to a request of `uid` (patch JSON, base64, envelope), without a
+/// request: for the benchmark tools, which time the stages one at a time.
 pub fn encode_stage(uid: &str, outcome: &Outcome) -> Vec<u8> {
     let head = RequestHead {
         uid,
@@ -273,22 +328,6 @@ pub fn encode_stage(uid: &str, outcome: &Outcome) -> Vec<u8> {
         dry_run: None,
     };
     respond(&head, outcome).0
-}
-
-/// Refuses the Pod CREATE in `body` with `denial`, whatever the core would decide: for what the webhook, not
-/// the Pod, cannot answer (the namespace of a `Fail`-entry request could not be read). Any other request is
-/// answered by [`review`] as usual, since refusing it would block more than the Pod in doubt.
-pub fn refuse(
-    body: &[u8],
-    config: &Config,
-    namespace: &dyn Fn(&str) -> NamespaceInfo,
-    denial: Denial,
-) -> Result<(Vec<u8>, ReviewSummary), ReviewError> {
-    let request = decode::<IgnoredAny>(body)?;
-    if !request.is_pod_create() {
-        return review(body, config, namespace);
-    }
-    Ok(respond(&request.head(), &Outcome::Denied(denial)))
 }
 
 /// The response AdmissionReview and the summary for logs and metrics.

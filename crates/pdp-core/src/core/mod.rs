@@ -11,7 +11,7 @@ pub mod status;
 pub mod view;
 
 pub use codes::{Denial, Reason, Warning, WarningCode};
-pub use decide::{Decision, NamespaceInfo, Plan, decide, decide_pod};
+pub use decide::{Decision, NamespaceInfo, Plan, decide, decide_pod, reads_namespace};
 pub use patch::Form;
 pub use pipeline::{
     Injected, Outcome, inject, inject_as, inject_json, inject_view, inject_view_as, patched, wire,

@@ -87,6 +87,13 @@ pub(crate) fn forged_status(namespace: &str, key: &str, doubt: impl std::fmt::Di
     )
 }
 
+/// Whether the labels of the namespace `name` can change what [`decide`] answers for `pod`: not in a namespace
+/// excluded by name, nor for a mirror Pod (both skipped whatever the labels). Only then does the webhook look
+/// the namespace up, or ask the apiserver for it.
+pub fn reads_namespace(pod: &PodView<'_>, name: &str, config: &Config) -> bool {
+    !config.excluded_namespaces.contains(name) && pod.annotation(ANNOTATION_MIRROR).is_none()
+}
+
 /// Applies the precedence table: namespace `disabled` > Pod `disabled` > Pod mode > namespace mode > config default.
 ///
 /// Reads the Pod's annotations, labels and container names from its [`PodView`].
