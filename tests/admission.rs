@@ -1,7 +1,7 @@
 //! The AdmissionReview layer without HTTP: the webhook handler runs exactly `admission::review`.
 
 use base64::Engine;
-use pdp_injector::admission::{ReviewError, review};
+use pdp_injector::admission::{self, ReviewError, review};
 use pdp_injector::config::Config;
 use pdp_injector::core::NamespaceInfo;
 use serde_json::{Value, json};
@@ -159,6 +159,58 @@ fn update_other_kinds_and_subresources_are_allowed_untouched() {
         assert_eq!(out["response"]["allowed"], true);
         assert!(out["response"].get("patch").is_none());
         assert_eq!(summary.reason.code(), "not_a_pod_create");
+    }
+}
+
+/// The namespace is asked for only where its labels can change the answer: a Pod CREATE of a Pod, outside an
+/// excluded namespace, that is not a mirror Pod. Every other request is answered without it.
+#[test]
+fn only_a_pod_create_whose_answer_depends_on_labels_needs_its_namespace() {
+    let config = Config::builtin();
+    let body = |edit: &dyn Fn(&mut Value)| {
+        let mut r = fixture();
+        edit(&mut r);
+        r.to_string()
+    };
+    let namespace = fixture()["request"]["namespace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let plain = body(&|_| {});
+    assert_eq!(
+        admission::decode(plain.as_bytes())
+            .unwrap()
+            .namespace_needed(&config),
+        Some(namespace.as_str())
+    );
+    let excluded = config.excluded_namespaces.iter().next().unwrap().clone();
+    for (what, text) in [
+        (
+            "an UPDATE",
+            body(&|r| r["request"]["operation"] = json!("UPDATE")),
+        ),
+        (
+            "an excluded namespace",
+            body(&|r| r["request"]["namespace"] = json!(excluded)),
+        ),
+        (
+            "a mirror Pod",
+            body(&|r| {
+                r["request"]["object"]["metadata"]["annotations"]["kubernetes.io/config.mirror"] =
+                    json!("x")
+            }),
+        ),
+        (
+            "an object not of the Pod's shape",
+            body(&|r| r["request"]["object"]["spec"]["containers"] = json!("not a list")),
+        ),
+        ("no object", body(&|r| r["request"]["object"] = json!(null))),
+    ] {
+        let request = admission::decode(text.as_bytes()).unwrap();
+        assert_eq!(request.namespace_needed(&config), None, "{what}");
+        // Answered without it, as the webhook does.
+        let (_, summary) = request.answer(&request.decide(&config, None));
+        assert_ne!(summary.reason.code(), "injected_daemonset", "{what}");
     }
 }
 
