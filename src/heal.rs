@@ -1,7 +1,7 @@
 //! `pdp-injector heal`: every round, the Pods that are not wired as the webhook would wire them now are replaced
 //! through their controller, with the Eviction API (so PodDisruptionBudgets hold), one controller at a time per
 //! namespace and at most a few a minute; bare Pods and Jobs' Pods are reported, never deleted. The decisions are
-//! the core's ([`crate::check::heal`]); this module lists, evicts, records Events and counts.
+//! the core's ([`pdp_core::check::heal`]); this module lists, evicts, records Events and counts.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
@@ -16,9 +16,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tracing::{info, warn};
 
-use crate::check::heal::{self, Action, Memory, Seen};
-use crate::check::pods::Drift;
 use crate::config::Config;
+use pdp_core::check::heal::{self, Action, Memory, Seen};
+use pdp_core::check::pods::Drift;
 
 /// What a round is told.
 #[derive(Debug, Clone)]

@@ -18,16 +18,16 @@ use kube::core::NamespaceResourceScope;
 use rustls_pki_types::ServerName;
 use serde::de::DeserializeOwned;
 
-use super::analyse::{
-    ClusterView, ConfigSource, FRONT_COMPONENT_LABEL, FlagSyncView, Judge, LiveProbe, Names,
-    PDP_COMPONENT_LABEL, Read, RelayGeneration, endpoint,
-};
-use super::certs;
-use super::workloads::Owners;
 use crate::cluster::versions::supports_native_sidecars;
 use crate::config::Config;
 use crate::names::CSI_DRIVER;
 use crate::tls;
+use pdp_core::check::analyse::{
+    ClusterView, ConfigSource, FRONT_COMPONENT_LABEL, FlagSyncView, Judge, LiveProbe, Names,
+    PDP_COMPONENT_LABEL, Read, RelayGeneration, endpoint,
+};
+use pdp_core::check::certs;
+use pdp_core::check::workloads::Owners;
 
 /// What to read.
 #[derive(Debug, Clone)]
@@ -296,7 +296,7 @@ async fn flag_sync(client: &kube::Client) -> Option<FlagSyncView> {
         .await?;
         let ready = pods
             .iter()
-            .find(|p| super::analyse::pod_ready(p))
+            .find(|p| pdp_core::check::analyse::pod_ready(p))
             .ok_or_else(|| "no source Pod is ready".to_string())?;
         let pod = ready.metadata.name.as_deref().unwrap_or_default();
         metric(client, ns, pod, port, "pdp_flag_sync_generation").await
@@ -460,10 +460,10 @@ pub async fn gather_pre(
     client: &kube::Client,
     options: PreOptions,
     version: &k8s_openapi::apimachinery::pkg::version::Info,
-) -> super::pre::PreView {
-    use super::pre::{self, PortClaim};
+) -> pdp_core::check::pre::PreView {
     use k8s_openapi::api::core::v1::{ResourceQuota, Service};
     use k8s_openapi::api::scheduling::v1::PriorityClass;
+    use pdp_core::check::pre::{self, PortClaim};
     let admission_v1 = served(client, "admissionregistration.k8s.io/v1").await;
     let storage_v1 = served(client, "storage.k8s.io/v1").await;
     let namespaces = list(Api::<Namespace>::all(client.clone()), ListParams::default()).await;

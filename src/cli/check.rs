@@ -97,7 +97,8 @@ pub(crate) struct CheckArgs {
 
 /// Runs `check`; `Err` means it could not check (exit status 2).
 pub(crate) fn run(args: CheckArgs) -> anyhow::Result<u8> {
-    use crate::check::{analyse, gather};
+    use crate::check::gather;
+    use pdp_core::check::analyse;
     let config = match &args.config {
         Some(path) => Some((path.display().to_string(), Config::load(path)?)),
         None => None,
@@ -132,7 +133,7 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<u8> {
                 models,
             };
             let view = gather::gather_pre(&client, options, &version).await;
-            return anyhow::Ok(crate::check::pre::pre_report(&view));
+            return anyhow::Ok(pdp_core::check::pre::pre_report(&view));
         }
         let scope = if args.all_namespaces {
             None

@@ -11,9 +11,9 @@ use clap::Args;
 use prometheus_client::registry::Registry;
 
 use super::{LogArgs, init_logging, runtime, shutdown_signal};
-use crate::check::heal::HEALED;
-use crate::check::pods::Drift;
 use crate::heal::{HealMetrics, Healer, Options};
+use pdp_core::check::heal::HEALED;
+use pdp_core::check::pods::Drift;
 
 #[derive(Args)]
 pub(crate) struct HealArgs {

@@ -17,10 +17,10 @@ use kube::api::{Api, DeleteParams};
 use rustls_pki_types::ServerName;
 
 use super::runtime;
-use crate::check::analyse::endpoint;
-use crate::check::certs;
 use crate::names::DEFAULT_NAME;
 use crate::tls;
+use pdp_core::check::analyse::endpoint;
+use pdp_core::check::certs;
 
 #[derive(Args)]
 pub(crate) struct WaitReadyArgs {

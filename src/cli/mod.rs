@@ -135,7 +135,7 @@ pub fn main() -> ExitCode {
                 Ok(code) => ExitCode::from(code),
                 Err(e) => {
                     eprintln!("error: {e:#}");
-                    ExitCode::from(crate::check::report::EXIT_CANNOT_CHECK)
+                    ExitCode::from(pdp_core::check::report::EXIT_CANNOT_CHECK)
                 }
             };
         }

@@ -218,14 +218,14 @@ fn check_codes_are_documented() {
     let section = &ops[ops
         .find("## Checking the cluster: `pdp-injector check`")
         .expect("docs/operations.md documents check")..];
-    for drift in pdp_injector::check::pods::Drift::ALL {
+    for drift in pdp_core::check::pods::Drift::ALL {
         assert!(
             section.contains(&format!("`{}`", drift.code())),
             "docs/operations.md does not document the check code {}",
             drift.code()
         );
     }
-    for code in pdp_injector::check::FindingCode::ALL {
+    for code in pdp_core::check::FindingCode::ALL {
         assert!(
             section.contains(&format!("`{}`", code.code())),
             "docs/operations.md does not document the check code {}",

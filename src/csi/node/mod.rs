@@ -25,7 +25,12 @@ use super::registration::{
 };
 use super::v1::identity_server::{Identity, IdentityServer};
 use super::v1::node_server::{Node, NodeServer};
-use super::v1::*;
+use crate::csi::v1::{
+    GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
+    GetPluginInfoResponse, NodeGetCapabilitiesRequest, NodeGetCapabilitiesResponse,
+    NodeGetInfoRequest, NodeGetInfoResponse, NodePublishVolumeRequest, NodePublishVolumeResponse,
+    NodeUnpublishVolumeRequest, NodeUnpublishVolumeResponse, ProbeRequest, ProbeResponse,
+};
 
 /// The volume attribute that names a profile; the only attribute a Pod may set.
 pub const PROFILE_ATTRIBUTE: &str = "profile";

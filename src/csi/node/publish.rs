@@ -8,14 +8,16 @@ use std::sync::Mutex;
 use tonic::Status;
 use tracing::{info, warn};
 
+use super::{Plugin, SINGLE_NODE_MODES};
 use crate::csi::gate;
 use crate::csi::mount::{self, WalkError};
 use crate::csi::published::{Published, Refused};
 use crate::csi::target::{self, BadTarget, MOUNT_DIR, Target};
 use crate::csi::v1::volume_capability::AccessType;
-use crate::csi::v1::*;
-
-use super::{Plugin, SINGLE_NODE_MODES};
+use crate::csi::v1::{
+    NodePublishVolumeRequest, NodePublishVolumeResponse, NodeUnpublishVolumeRequest,
+    NodeUnpublishVolumeResponse,
+};
 
 /// Releases a target's busy mark when the operation ends, however it ends.
 struct Busy<'a> {

@@ -2,7 +2,6 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-
 use std::path::PathBuf;
 use std::time::Duration;
 

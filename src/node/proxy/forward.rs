@@ -12,9 +12,9 @@ use tokio_util::either::Either;
 use tracing::{debug, info, warn};
 
 use super::graceful::{self, Frames, Wire};
-use super::instances::*;
-use super::stats::*;
-use super::*;
+use crate::node::proxy::instances::connect_newest;
+use crate::node::proxy::stats::Shared;
+use crate::node::proxy::{Phase, Route};
 use crate::node::slots::{Activity, COPY_BUFFER, Slot};
 
 /// One client connection: find an instance (waiting if none is ready), then copy bytes both ways until

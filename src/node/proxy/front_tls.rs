@@ -17,9 +17,9 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
-use super::forward::*;
-use super::stats::*;
-use super::*;
+use crate::node::proxy::forward::serve;
+use crate::node::proxy::stats::Shared;
+use crate::node::proxy::{HTTP_ROUTE, Phase, Route};
 use crate::node::slots::Slot;
 use crate::tls::identity::IdentityRefused;
 use crate::tls::{Reload, Reloader, TlsFiles};

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::net::UnixStream;
 use tracing::{debug, info, warn};
 
-use super::stats::*;
-use super::*;
+use crate::node::proxy::Route;
+use crate::node::proxy::stats::Shared;
 use crate::node::route::{self, Candidate};
 
 /// Keeps `route.newest` current: every `every`, the newest instance socket that accepts a connection. Probes

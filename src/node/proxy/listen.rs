@@ -7,16 +7,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pdp_core::peer::pod_uid_of_cgroup;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tracing::{debug, info, warn};
 
-use super::flags::*;
-use super::forward::*;
-use super::front_tls::*;
-use super::stats::*;
-use super::*;
+use crate::node::proxy::forward::serve;
+use crate::node::proxy::front_tls::serve_tls;
+use crate::node::proxy::stats::Shared;
+use crate::node::proxy::{NodeProxyError, Phase, Route};
 use crate::node::slots::{Client, Refused};
-use pdp_core::peer::pod_uid_of_cgroup;
 
 /// The stable socket as this process created it: removed on exit only if the path still is this socket.
 pub(super) struct OwnedSocket {

@@ -22,11 +22,7 @@ mod instances;
 mod listen;
 mod stats;
 
-pub use flags::{DEFAULT_PORT, NodeProxyError, NodeProxyFlags};
-pub use stats::{InstanceCounts, Stats};
-
 use std::net::SocketAddr;
-
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,13 +31,16 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use crate::node::proxy::flags::check;
+use crate::node::proxy::front_tls::{FrontTls, reload_tls};
+use crate::node::proxy::instances::track_newest;
+use crate::node::proxy::listen::{Listener, OwnedSocket, accept_loop, bind_stable, bind_tcp};
+use crate::node::proxy::stats::{Shared, log_stats};
 use crate::node::slots::{FrontBounds, Slots};
 use crate::tls::{self, Reloader};
-use flags::*;
-use front_tls::*;
-use instances::*;
-use listen::*;
-use stats::*;
+
+pub use flags::{DEFAULT_PORT, NodeProxyError, NodeProxyFlags};
+pub use stats::{InstanceCounts, Stats};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {

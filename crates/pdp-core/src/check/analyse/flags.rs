@@ -1,7 +1,10 @@
 //! The flag sync source against its node relays: a relay whose newest state is older than the source's serves
 //! its node's Pods stale flags (its stream to the source is cut, or it stopped following).
 
-use super::*;
+use crate::check::ClusterView;
+use crate::check::analyse::{Read, plural};
+use crate::check::codes::FindingCode as Code;
+use crate::check::report::{Finding, Section, Severity};
 
 /// What `check` read of the flag sync source and its relays (their `/metrics`, through the apiserver).
 #[derive(Debug, Clone, PartialEq, Eq)]

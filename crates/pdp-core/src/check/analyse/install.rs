@@ -1,7 +1,16 @@
 //! The Install section: the webhook configuration and its entries, the certificates the apiserver verifies, the
 //! webhook Deployment, and the config the webhook uses.
 
-use super::*;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhook;
+use k8s_openapi::api::core::v1::Namespace;
+
+use crate::check::analyse::{
+    ConfigSource, ENTRIES, EXPIRY_ERROR, EXPIRY_WARNING, LiveProbe, days, labels_of,
+};
+use crate::check::codes::FindingCode as Code;
+use crate::check::report::{Finding, Section, Severity};
+use crate::check::{ClusterView, certs, selectors};
+use crate::config::Config;
 
 pub(super) fn expiry_finding(
     what: &str,

@@ -2,24 +2,11 @@
 //! tested on fixtures without a cluster. The reads themselves are in the binary's `check::gather`. One file per
 //! section of the report: [`install`], [`nodes`], [`namespaces`], [`pod_section`]; what was read is [`view`].
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhook, MutatingWebhookConfiguration};
-use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use k8s_openapi::api::storage::v1::CSINode;
-
-use super::certs;
 use super::codes::FindingCode as Code;
-use super::pods::{self, Drift};
 use super::report::{Finding, Report, Section, Severity};
-use super::selectors;
-use super::workloads::{self, Owners, Workload};
-use crate::check::classic_sidecars;
-use crate::config::{Config, Mode, PssLevel};
-use crate::core::NamespaceInfo;
-use crate::names::{LABEL_NAMESPACE_INJECTION, WATCH_PREFIX};
-
+use crate::config::Config;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use std::collections::BTreeMap;
 mod flags;
 mod install;
 mod namespaces;
@@ -27,15 +14,18 @@ mod nodes;
 mod pod_section;
 mod view;
 
-use flags::*;
+use crate::check::analyse::flags::flag_sync_section;
+use crate::check::analyse::install::{config, install};
+use crate::check::analyse::namespaces::namespaces_section;
+use crate::check::analyse::nodes::nodes_section;
+use crate::check::analyse::pod_section::pods_section;
 pub use flags::{FlagSyncView, RelayGeneration};
 pub use install::endpoint;
-use install::*;
-use namespaces::*;
-use nodes::*;
 pub use pod_section::PodTally;
-use pod_section::*;
-pub use view::*;
+pub use view::{
+    ClusterView, ConfigSource, ENTRIES, FRONT_COMPONENT_LABEL, LiveProbe, Names,
+    PDP_COMPONENT_LABEL, Read,
+};
 
 const DAY: i64 = 86_400;
 /// A certificate is renewed when a third of its life is left (cert-manager's default; self-managed: a third,

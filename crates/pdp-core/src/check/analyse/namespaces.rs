@@ -1,7 +1,17 @@
 //! The Namespaces section: opted-in namespaces, their mode as the core parses it, their Pod Security level and
 //! what it means for the socket.
 
-use super::*;
+use k8s_openapi::api::core::v1::Namespace;
+
+use crate::check::analyse::install::fail_entry;
+use crate::check::analyse::labels_of;
+use crate::check::analyse::pod_section::in_scope;
+use crate::check::codes::FindingCode as Code;
+use crate::check::report::{Finding, Section, Severity};
+use crate::check::{ClusterView, selectors};
+use crate::config::{Config, Mode, PssLevel};
+use crate::core::NamespaceInfo;
+use crate::names::LABEL_NAMESPACE_INJECTION;
 
 /// The mode a namespace label asks for, `Ok(None)` for `disabled`, `Err` for a value the webhook refuses.
 /// The namespace label judged by the core's own parser (without a readable config: the built-in one's).

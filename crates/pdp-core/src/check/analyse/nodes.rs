@@ -1,8 +1,21 @@
 //! The Nodes section: for each profile in daemonset use, the nodes without a ready PDP (or front) Pod and the
 //! Pods at an older revision.
 
-use super::*;
-use crate::names::CSI_DRIVER;
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+
+use crate::check::ClusterView;
+use crate::check::analyse::namespaces::namespace_mode;
+use crate::check::analyse::pod_section::{controlled_by, in_scope};
+use crate::check::analyse::{
+    FRONT_COMPONENT_LABEL, Names, PDP_COMPONENT_LABEL, PodTally, is_done, plural, pod_ready,
+};
+use crate::check::codes::FindingCode as Code;
+use crate::check::report::{Finding, Section, Severity};
+use crate::config::{Config, Mode};
+use crate::names::{CSI_DRIVER, LABEL_NAMESPACE_INJECTION};
 
 /// The PDP DaemonSet of a profile: the one named by `--pdp-daemonset`, else `<profile>-pdp` labelled as a PDP.
 pub(super) fn pdp_daemonset<'a>(

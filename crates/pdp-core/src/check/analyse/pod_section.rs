@@ -1,6 +1,22 @@
 //! The Pods section: Pods whose wiring differs from what the webhook would do now, by workload.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::check::analyse::install::selects_pods_on_create;
+use crate::check::analyse::{
+    CLASSIC_STOP_GRACE, CLASSIC_STOP_GRACE_ON_FAILURE, ENTRIES, ended_before, is_done, plural,
+    pod_name,
+};
+use crate::check::codes::FindingCode as Code;
+use crate::check::pods::Drift;
+use crate::check::report::{Finding, Section, Severity};
+use crate::check::workloads::Workload;
+use crate::check::{ClusterView, classic_sidecars, pods, selectors, workloads};
+use crate::config::{Config, Mode};
+use crate::core::NamespaceInfo;
+use crate::names::WATCH_PREFIX;
 
 pub(super) fn in_scope(view: &ClusterView, namespace: Option<&str>) -> bool {
     match &view.scope {

@@ -1,10 +1,17 @@
 //! The judging on fixtures: a cluster in order, then each way it can be out of order.
 
-use super::*;
-use crate::core::{self, Outcome};
-use crate::names::CSI_DRIVER;
-use crate::pki as tlsgen;
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhook, MutatingWebhookConfiguration};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::CSINode;
 use serde_json::{Value, json};
+
+use super::*;
+use crate::check::workloads::Owners;
+use crate::core::{self, NamespaceInfo, Outcome};
+use crate::names::{CSI_DRIVER, LABEL_NAMESPACE_INJECTION};
+use crate::pki as tlsgen;
 
 const NOW: i64 = 1_900_000_000;
 

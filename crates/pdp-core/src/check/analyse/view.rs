@@ -1,6 +1,16 @@
 //! What `check` read of the cluster, in one value ([`ClusterView`]), and where it looked ([`Names`]).
 
-use super::*;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::storage::v1::CSINode;
+
+use crate::check::analyse::FlagSyncView;
+use crate::check::certs;
+use crate::check::workloads::Owners;
+use crate::config::Config;
 use crate::names::{DEFAULT_CONFIG_MAP, DEFAULT_NAME, DEFAULT_NAMESPACE, DEFAULT_SECRET};
 
 /// A read that may have failed (forbidden, unreachable): `Err` says why, and the report says what it could

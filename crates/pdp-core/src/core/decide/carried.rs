@@ -5,7 +5,7 @@ use crate::core::codes::WarningCode;
 use crate::core::render::{Wiring, app_env, rendered_mount_path, rendered_volume, same_source};
 use crate::core::status::Status;
 use crate::core::view::{EnvEntry, MountEntry, NameEntry, PodView, each_entry, first_unnamed};
-use crate::names::*;
+use crate::names::{VOLUME_MTLS, VOLUME_SOCKET, VOLUME_TLS};
 
 /// What of the wiring `status` claims the Pod does not carry, if anything: "already wired" is believed only when
 /// the PDP container, the volumes, and in every wired app container the variables and mounts it names are

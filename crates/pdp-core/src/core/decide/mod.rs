@@ -3,14 +3,19 @@
 mod carried;
 mod namespace;
 
+use namespace::{NAMESPACE_VALUES, POD_VALUES, PodChoice, parse_choice};
+
 use crate::config::{Config, Mode, Profile, PssLevel};
 use crate::core::codes::{Denial, Reason, Warning, WarningCode};
 use crate::core::status::Status;
 use crate::core::view::PodView;
-use crate::names::*;
+use crate::names::{
+    ANNOTATION_CONTAINERS, ANNOTATION_FLAG_SETS, ANNOTATION_INJECT, ANNOTATION_MIRROR,
+    ANNOTATION_PROFILE, ANNOTATION_STATUS, LABEL_NAMESPACE_INJECTION, LABEL_NAMESPACE_REQUIRED,
+    PRIORITY_CLASS_WEBHOOK, WATCH_PREFIX,
+};
 
 pub use carried::missing_wiring;
-use namespace::{NAMESPACE_VALUES, POD_VALUES, PodChoice, parse_choice};
 pub use namespace::{NamespaceInfo, namespace_label_value, namespace_mode};
 
 /// What to do with a Pod that gets wired.

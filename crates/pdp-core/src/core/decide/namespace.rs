@@ -1,7 +1,7 @@
 //! The namespace the Pod is in, and the values of the namespace label and the Pod annotation that choose a mode.
 
 use crate::config::{Config, Mode, PssLevel};
-use crate::names::*;
+use crate::names::{LABEL_NAMESPACE_INJECTION, LABEL_NAMESPACE_REQUIRED, LABEL_PSS_ENFORCE};
 
 /// What the core knows about the Pod's namespace (from the namespace cache, an offline stream, or nothing).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

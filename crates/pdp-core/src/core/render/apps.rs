@@ -11,7 +11,7 @@ use crate::config::{Mode, Profile};
 use crate::core::patch::{OpValue, PatchBuilder, pointer};
 use crate::core::view::{PodView, SpecView};
 use crate::core::{Denial, Plan, Warning};
-use crate::names::*;
+use crate::names::{INIT_TOOLS, VOLUME_MTLS, VOLUME_SOCKET, VOLUME_TLS, VOLUME_TOOLS};
 
 pub(super) fn pod_volumes(
     pod: &PodView<'_>,

@@ -15,20 +15,23 @@ mod volumes;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, Volume};
-
 use apps::{pod_volumes, wire_app_containers};
-pub use env::{app_env, same_source};
+use k8s_openapi::api::core::v1::{Container, EnvVar, Volume};
 use pdp::{gate_container, pdp_container, place_pdp};
 use sidecar::Classic;
-pub use sidecar::sidecar_container;
 use volumes::{mtls_volume, socket_volume, tls_volume};
 
 use crate::config::{Config, Mode, NodeAddressFamily, Profile, SocketBy};
 use crate::core::patch::{Form, JsonPatch, OpValue, PatchBuilder, pointer};
 use crate::core::view::PodView;
 use crate::core::{Denial, Plan, Reason, Status, Warning, WarningCode};
-use crate::names::*;
+use crate::names::{
+    ANNOTATION_DEFAULT_CONTAINER, ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES, ANNOTATION_STATUS,
+    INIT_AWAIT, VERSION, VOLUME_MTLS, VOLUME_SOCKET, VOLUME_TLS,
+};
+
+pub use env::{app_env, same_source};
+pub use sidecar::sidecar_container;
 
 /// A Pod with its PDP wiring applied.
 #[derive(Debug, Clone)]

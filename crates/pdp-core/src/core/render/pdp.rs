@@ -3,14 +3,13 @@
 use k8s_openapi::api::core::v1::Container;
 
 use super::env::{node_address, node_host_var};
-use super::sidecar::sidecar_container;
-use super::sidecar::{classic_sidecar, helper_container};
+use super::sidecar::{classic_sidecar, helper_container, sidecar_container};
 use super::{Gate, PdpContainer, Placed, collision};
 use crate::config::{Config, Mode, Placement, Profile};
 use crate::core::patch::{PatchBuilder, pointer};
 use crate::core::view::{PodView, SpecView};
 use crate::core::{Denial, Plan, Reason};
-use crate::names::*;
+use crate::names::{INIT_AWAIT, TOOLS_BINARY_IN_IMAGE};
 
 /// The init container that holds the app until its node's PDP answers (the profile's `awaitNode`), on a first
 /// daemonset-mode pass of a Pod whose socket does not come by CSI (whose publish already waits for the PDP) and

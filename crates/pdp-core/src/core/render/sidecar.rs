@@ -12,7 +12,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::config::{Config, Profile, restricted_security_context};
-use crate::names::*;
+use crate::names::{
+    INIT_TOOLS, STATE_DIR, TOOLS_BINARY_IN_IMAGE, TOOLS_DIR, VOLUME_SOCKET, VOLUME_STATE,
+    VOLUME_TOOLS, WATCH_PREFIX,
+};
 
 fn http_probe(profile: &Profile, period: i32, failures: i32) -> Probe {
     Probe {

@@ -1,8 +1,10 @@
 //! Rendering on fixtures: each piece of the wiring, its idempotence, its collisions.
 
+use serde_json::value::RawValue;
+
 use super::env::{OurNames, relevant_env};
 use super::*;
-use serde_json::value::RawValue;
+use crate::names::{INIT_TOOLS, STATE_DIR, VOLUME_TOOLS};
 
 fn raw(text: &str) -> Box<RawValue> {
     RawValue::from_string(text.to_string()).unwrap()

@@ -6,13 +6,13 @@ use k8s_openapi::api::core::v1::{
     ProjectedVolumeSource, SecretProjection, SecretVolumeSource, Volume, VolumeMount,
     VolumeProjection,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::collision;
 use crate::config::{Mode, Profile, SocketBy};
 use crate::core::Denial;
 use crate::core::view::{MountEntry, VolumeBody, VolumeEntry};
-use crate::names::*;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use crate::names::{CSI_DRIVER, CSI_PROFILE_ATTRIBUTE, VOLUME_MTLS, VOLUME_SOCKET, VOLUME_TLS};
 
 /// The socket volume for the mode, or `None` when the mode has no socket (TCP only).
 pub(super) fn socket_volume(profile: &Profile, mode: Mode, by: SocketBy) -> Option<Volume> {
