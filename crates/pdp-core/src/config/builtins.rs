@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ResourceRequirements, Volume};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::*;
+use super::{
+    EnvNames, EnvVar, HealthCheck, HostField, NamedPort, Placement, Profile, ProfileVolume,
+    SidecarSpec, SocketSpec, TlsEnvNames, restricted_security_context,
+};
 
 fn quantity(s: &str) -> Quantity {
     Quantity(s.to_string())

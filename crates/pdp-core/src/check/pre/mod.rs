@@ -2,7 +2,7 @@
 //! binary's `check::gather::gather_pre` read ([`PreView`]) becomes a [`Report`] whose last section gives one verdict
 //! per model; every finding that stops a model is named in that model's verdict, with its fix.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, ResourceQuota};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -19,7 +19,6 @@ mod nodes;
 mod priority;
 
 pub use claims::{PortClaim, daemonset_claims, pod_claims, service_claims};
-use claims::{object, ours};
 
 /// The node ports the node-local front binds (gRPC, HTTP).
 pub const NODE_PORTS: [i32; 2] = [3593, 3592];

@@ -2,7 +2,10 @@
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::*;
+use super::{DEFAULT_KUBELET_DIR, Pre};
+use crate::check::codes::FindingCode as Code;
+use crate::check::report::{Finding, Section, Severity};
+use crate::config::Mode;
 
 /// The kubelet root a node shows, where its distribution says: (the directory, how it is known).
 fn kubelet_dir_of(node: &Node) -> Option<(&'static str, &'static str)> {

@@ -1,6 +1,15 @@
 //! `check --pre`'s priority section: the PriorityClasses the install uses, and the ResourceQuotas it must fit.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::claims::{object, ours};
+use super::{
+    INSTALL_NAMESPACES, MODELS, NODE_CRITICAL_QUOTA, NODE_PODS_PER_NODE, NODE_PRIORITY_CLASS, Pre,
+    WEBHOOK_PRIORITY_CLASS,
+};
+use crate::check::codes::FindingCode as Code;
+use crate::check::report::{Finding, Section, Severity};
+use crate::config::Mode;
 
 fn quantity(q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> Option<i64> {
     let s = q.0.trim();
