@@ -134,7 +134,7 @@ fn flags(dir: &TempDir) -> CsiNodeFlags {
         kubelet_dir: dir.0.join("kubelet"),
         profiles: vec![
             csi::profile_flag(&format!(
-                "name=cerbos,dir={}",
+                "{{name: cerbos, dir: {}}}",
                 dir.0.join("cerbos").display()
             ))
             .unwrap(),
@@ -696,7 +696,7 @@ async fn a_link_swapped_in_while_the_gate_waits_redirects_no_mount() {
     let mut f = flags(&dir);
     f.profiles = vec![
         csi::profile_flag(&format!(
-            "name=cerbos,dir={},ready-socket=cerbos.sock,ready-path=/health",
+            "{{name: cerbos, dir: {}, readySocket: cerbos.sock, readyPath: /health}}",
             dir.0.join("cerbos").display()
         ))
         .unwrap(),

@@ -111,13 +111,13 @@ fn front_args(dir: &TempDir, eval_port: u16, sync_port: u16) -> Vec<String> {
         "--socket-backend=.http.sock".into(),
         "--group".into(),
         format!(
-            "listen=127.0.0.1:{eval_port},socket={},instances={},backend=.eval.sock",
+            r#"{{listen: ["127.0.0.1:{eval_port}"], socket: {}, instances: {}, backend: .eval.sock}}"#,
             p("flagd/flagd.sock"),
             p("flagd-instances")
         ),
         "--group".into(),
         format!(
-            "listen=127.0.0.1:{sync_port},socket={},instances={},backend=.sync.sock",
+            r#"{{listen: ["127.0.0.1:{sync_port}"], socket: {}, instances: {}, backend: .sync.sock}}"#,
             p("flagd/sync.sock"),
             p("flagd-instances")
         ),
@@ -211,11 +211,11 @@ fn a_group_that_cannot_start_stops_the_whole_front() {
         .args([
             "node-proxy",
             "--group",
-            "listen=[::]:8015,backend=.sync.sock",
+            r#"{listen: ["[::]:8015"], backend: .sync.sock}"#,
         ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("a group needs instances=DIR"), "{stderr}");
+    assert!(stderr.contains("a group needs instances"), "{stderr}");
 }

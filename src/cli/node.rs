@@ -14,7 +14,7 @@ pub(crate) struct NodeProxyArgs {
     flags: NodeProxyFlags,
     // Waits, timeouts and drain are the process's; each group gets an equal share of --memory-budget for its
     // connection bounds; TLS only on the front's own TCP addresses (docs/deployment-models.md).
-    /// One more listener pair for another PDP endpoint, as comma-separated port=PORT or listen=ADDR, socket=PATH, socket-mode=MODE, instances=DIR and tcp-backend=, socket-backend= or backend=SUFFIX, e.g. port=8015,socket=/var/run/flagd/sync.sock,instances=/var/run/flagd-instances,backend=.sync.sock (repeatable; ';' separates them in the environment).
+    /// One more listener pair for another PDP endpoint, as a YAML mapping of port or listen, socket, socketMode, instances and tcpBackend, socketBackend or backend, e.g. {port: 8015, socket: /var/run/flagd/sync.sock, instances: /var/run/flagd-instances, backend: .sync.sock} (repeatable; ';' separates them in the environment).
     #[arg(long = "group", env = "PDP_NODE_PROXY_GROUPS", value_delimiter = ';', value_parser = node_groups::group_flag)]
     groups: Vec<node_groups::Group>,
 }

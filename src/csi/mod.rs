@@ -63,9 +63,9 @@ pub struct CsiNodeFlags {
     /// The kubelet's root directory (its --root-dir), at the same path in this container as on the node: target paths are accepted only under <this>/pods, and the sockets are <this>/plugins/<driver>/csi.sock and <this>/plugins_registry/<driver>-reg.sock.
     #[arg(long, env = "PDP_CSI_KUBELET_DIR", default_value = "/var/lib/kubelet")]
     pub kubelet_dir: PathBuf,
-    /// A socket directory volumes may name (repeatable; the first is the default): comma-separated name=NAME, dir=DIR (the node's directory, mounted read-only into Pods), and optionally ready-socket=FILE and ready-path=PATH (the start-up gate: GET PATH over DIR/FILE must answer 200 before a volume is published).
+    /// A socket directory volumes may name, as a YAML mapping of name, dir (mounted read-only into Pods) and optionally readySocket and readyPath (GET readyPath over dir/readySocket must answer 200 before a volume is published); repeatable, the first is the default.
     #[arg(long = "profile", env = "PDP_CSI_PROFILES", value_delimiter = ';', value_parser = profile_flag,
-          default_value = "name=cerbos,dir=/var/run/cerbos,ready-socket=cerbos.sock,ready-path=/_cerbos/health")]
+          default_value = PROFILE_EXAMPLE)]
     pub profiles: Vec<Profile>,
     /// Bound of the start-up gate: past it NodePublishVolume fails (Unavailable) and the kubelet retries.
     #[arg(long, env = "PDP_CSI_READY_TIMEOUT", default_value = "60s", value_parser = duration_flag)]
@@ -81,35 +81,34 @@ pub struct CsiNodeFlags {
     pub max_volumes_per_node: usize,
 }
 
-/// Parses a `--profile` value.
+/// A `--profile` value: one YAML mapping, e.g. the default.
+const PROFILE_EXAMPLE: &str =
+    "{name: cerbos, dir: /var/run/cerbos, readySocket: cerbos.sock, readyPath: /_cerbos/health}";
+
+/// What a `--profile` mapping holds, before its checks.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ProfileArg {
+    name: String,
+    dir: PathBuf,
+    ready_socket: Option<String>,
+    ready_path: Option<String>,
+}
+
+/// Parses and checks a `--profile` value.
 pub fn profile_flag(text: &str) -> Result<Profile, String> {
-    let (mut name, mut dir, mut socket, mut path) = (None, None, None, None);
-    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (key, value) = item
-            .split_once('=')
-            .ok_or_else(|| format!("profile item {item:?} is not key=value"))?;
-        let slot = match key {
-            "name" => &mut name,
-            "dir" => &mut dir,
-            "ready-socket" => &mut socket,
-            "ready-path" => &mut path,
-            _ => {
-                return Err(format!(
-                    "unknown profile key {key:?}: name, dir, ready-socket, ready-path"
-                ));
-            }
-        };
-        if slot.replace(value.to_string()).is_some() {
-            return Err(format!("profile key {key:?} given twice"));
-        }
-    }
-    let name = name.ok_or("a profile needs name=NAME")?;
+    let ProfileArg {
+        name,
+        dir,
+        ready_socket: socket,
+        ready_path: path,
+    } = serde_saphyr::from_str(text)
+        .map_err(|e| format!("{e} (a mapping such as {PROFILE_EXAMPLE})"))?;
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
         return Err(format!(
             "profile name {name:?}: letters, digits and '-' only"
         ));
     }
-    let dir = PathBuf::from(dir.ok_or("a profile needs dir=DIR")?);
     if !dir.is_absolute()
         || dir.components().any(|c| {
             !matches!(
@@ -127,11 +126,11 @@ pub fn profile_flag(text: &str) -> Result<Profile, String> {
         (None, None) => None,
         (Some(socket), Some(path)) => {
             if socket.is_empty() || socket.contains('/') {
-                return Err(format!("ready-socket {socket:?}: a file name in dir"));
+                return Err(format!("readySocket {socket:?}: a file name in dir"));
             }
             if !path.starts_with('/') || path.contains(char::is_whitespace) {
                 return Err(format!(
-                    "ready-path {path:?}: an HTTP path such as /_cerbos/health"
+                    "readyPath {path:?}: an HTTP path such as /_cerbos/health"
                 ));
             }
             Some(gate::Ready {
@@ -139,7 +138,7 @@ pub fn profile_flag(text: &str) -> Result<Profile, String> {
                 path,
             })
         }
-        _ => return Err("ready-socket and ready-path go together".into()),
+        _ => return Err("readySocket and readyPath go together".into()),
     };
     Ok(Profile { name, dir, ready })
 }
@@ -307,5 +306,43 @@ mod tests {
         let capability = request.volume_capability.unwrap();
         assert_eq!(capability.access_mode.unwrap().mode, 1);
         assert!(matches!(capability.access_type, Some(AccessType::Mount(_))));
+    }
+
+    #[test]
+    fn a_profile_is_a_yaml_mapping_checked_field_by_field() {
+        let profile = super::profile_flag(super::PROFILE_EXAMPLE).unwrap();
+        assert_eq!(profile.name, "cerbos");
+        assert_eq!(profile.dir, std::path::Path::new("/var/run/cerbos"));
+        let ready = profile.ready.unwrap();
+        assert_eq!(
+            ready.socket,
+            std::path::Path::new("/var/run/cerbos/cerbos.sock")
+        );
+        assert_eq!(ready.path, "/_cerbos/health");
+        assert!(
+            super::profile_flag("{name: flagd, dir: /var/run/flagd}")
+                .unwrap()
+                .ready
+                .is_none()
+        );
+        for (text, says) in [
+            ("name=cerbos,dir=/var/run/cerbos", "a mapping such as"),
+            ("{name: cerbos, dir: /x, socket: a}", "unknown field"),
+            ("{dir: /x}", "name"),
+            ("{name: a b, dir: /x}", "letters, digits"),
+            ("{name: a, dir: /x/../etc}", "without '.' or '..'"),
+            ("{name: a, dir: /x, readySocket: s}", "go together"),
+            (
+                "{name: a, dir: /x, readySocket: a/b, readyPath: /h}",
+                "a file name in dir",
+            ),
+            (
+                "{name: a, dir: /x, readySocket: s, readyPath: h}",
+                "an HTTP path",
+            ),
+        ] {
+            let e = super::profile_flag(text).unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+        }
     }
 }

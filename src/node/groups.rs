@@ -10,11 +10,10 @@
 //! stats) is the process's flags; TLS stays with the front's own TCP addresses (a group's TCP path is
 //! plaintext, said at the start of each group that has one).
 //!
-//! A group names only what it serves: `port=PORT` for TCP on `[::]:PORT` (falling back to `0.0.0.0:PORT` on a
-//! node without IPv6, as the front's default address does) or `listen=ADDR` (repeatable, bound as written),
-//! `socket=PATH` for a stable socket, `instances=DIR`, and the suffixes (`tcp-backend=`, `socket-backend=`, or
-//! `backend=` for both). For example flagd's sync endpoint:
-//! `port=8015,socket=/var/run/flagd/sync.sock,instances=/var/run/flagd-instances,backend=.sync.sock`.
+//! A group is a YAML mapping of what it serves: `port` for TCP on `[::]:PORT` (falling back to `0.0.0.0:PORT`
+//! on a node without IPv6, as the front's default address does) or `listen` (a list of addresses, bound as
+//! written), `socket` for a stable socket (`socketMode` its bits), `instances`, and the instance-socket suffixes
+//! (`tcpBackend`, `socketBackend`, or `backend` for both): flagd's sync endpoint is [`GROUP_EXAMPLE`].
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,7 +21,7 @@ use std::path::PathBuf;
 use crate::node::proxy::{self, NodeProxyError, NodeProxyFlags, Running};
 use crate::node::route;
 
-/// One more listener pair, as written after `--group`.
+/// One more listener pair, as a `--group` mapping gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Group {
     /// The TCP addresses, bound as written (none: see `port`).
@@ -41,83 +40,70 @@ pub struct Group {
     pub socket_backend: Option<String>,
 }
 
-/// Parses a `--group` value: comma-separated `key=value` items (see the module docs).
+/// A `--group` value: one YAML mapping, e.g. flagd's sync endpoint.
+pub const GROUP_EXAMPLE: &str = "{port: 8015, socket: /var/run/flagd/sync.sock, instances: /var/run/flagd-instances, backend: .sync.sock}";
+
+/// What a `--group` mapping holds, before its checks.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct GroupArg {
+    #[serde(default)]
+    listen: Vec<SocketAddr>,
+    port: Option<u16>,
+    socket: Option<PathBuf>,
+    socket_mode: Option<String>,
+    instances: Option<PathBuf>,
+    tcp_backend: Option<String>,
+    socket_backend: Option<String>,
+    backend: Option<String>,
+}
+
+/// Parses and checks a `--group` value (see the module docs).
 pub fn group_flag(text: &str) -> Result<Group, String> {
-    let mut listen = Vec::new();
-    let mut port = None;
-    let (mut socket, mut socket_mode, mut instances) = (None, None, None);
-    let (mut tcp_backend, mut socket_backend) = (None, None);
-    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (key, value) = item
-            .split_once('=')
-            .ok_or_else(|| format!("group item {item:?} is not key=value"))?;
-        fn once<T>(slot: &Option<T>, key: &str) -> Result<(), String> {
-            match slot {
-                Some(_) => Err(format!("group key {key:?} given twice")),
-                None => Ok(()),
-            }
-        }
-        match key {
-            "listen" => listen.push(
-                value
-                    .parse::<SocketAddr>()
-                    .map_err(|e| format!("group listen={value:?}: {e} (example: [::]:8015)"))?,
-            ),
-            "port" => {
-                once(&port, key)?;
-                port = Some(
-                    value
-                        .parse::<u16>()
-                        .ok()
-                        .filter(|p| *p != 0)
-                        .ok_or_else(|| format!("group port={value:?}: a TCP port, 1 to 65535"))?,
-                );
-            }
-            "socket" => {
-                once(&socket, key)?;
-                socket = Some(PathBuf::from(value));
-            }
-            "socket-mode" => {
-                once(&socket_mode, key)?;
-                socket_mode = Some(route::mode_flag(value)?);
-            }
-            "instances" => {
-                once(&instances, key)?;
-                instances = Some(PathBuf::from(value));
-            }
-            "tcp-backend" | "socket-backend" | "backend" => {
-                let suffix = route::suffix_flag(value)?;
-                if key != "socket-backend" {
-                    once(&tcp_backend, key)?;
-                    tcp_backend = Some(suffix.clone());
-                }
-                if key != "tcp-backend" {
-                    once(&socket_backend, key)?;
-                    socket_backend = Some(suffix);
-                }
-            }
-            _ => {
-                return Err(format!(
-                    "unknown group key {key:?}: port, listen, socket, socket-mode, instances, tcp-backend, socket-backend, backend"
-                ));
-            }
-        }
+    let arg: GroupArg = serde_saphyr::from_str(text)
+        .map_err(|e| format!("{e} (a mapping such as {GROUP_EXAMPLE})"))?;
+    let GroupArg {
+        listen,
+        port,
+        socket,
+        instances,
+        ..
+    } = arg;
+    if port == Some(0) {
+        return Err("group port 0: a TCP port, 1 to 65535".into());
     }
-    let instances = instances.ok_or("a group needs instances=DIR")?;
+    let socket_mode = arg
+        .socket_mode
+        .as_deref()
+        .map(route::mode_flag)
+        .transpose()?;
+    let suffix = |s: Option<String>| s.as_deref().map(route::suffix_flag).transpose();
+    let backend = suffix(arg.backend)?;
+    let (tcp_backend, socket_backend) = match (
+        suffix(arg.tcp_backend)?,
+        suffix(arg.socket_backend)?,
+    ) {
+        (t, s) if backend.is_some() && (t.is_some() || s.is_some()) => {
+            return Err(format!(
+                "a group takes backend or tcpBackend/socketBackend, not both (tcpBackend {t:?}, socketBackend {s:?})"
+            ));
+        }
+        (None, None) => (backend.clone(), backend),
+        pair => pair,
+    };
+    let instances = instances.ok_or("a group needs instances: DIR")?;
     if port.is_some() && !listen.is_empty() {
-        return Err("a group takes port= or listen=, not both".into());
+        return Err("a group takes port or listen, not both".into());
     }
     let tcp = port.is_some() || !listen.is_empty();
     if !tcp && socket.is_none() {
-        return Err(
-            "a group serves nothing: give port=PORT (or listen=ADDR), socket=PATH, or both".into(),
-        );
+        return Err("a group serves nothing: give port (or listen), socket, or both".into());
     }
     if tcp && tcp_backend.is_none() {
-        return Err("a group with port= or listen= needs tcp-backend= (or backend=)".into());
+        return Err("a group with port or listen needs tcpBackend (or backend)".into());
     }
     if socket.is_some() && socket_backend.is_none() {
-        return Err("a group with socket= needs socket-backend= (or backend=)".into());
+        return Err("a group with socket needs socketBackend (or backend)".into());
     }
     Ok(Group {
         listen,
@@ -203,10 +189,7 @@ mod tests {
 
     #[test]
     fn a_group_names_what_it_serves() {
-        let g = group_flag(
-            "port=8015, socket=/var/run/flagd/sync.sock,instances=/var/run/flagd-instances,backend=.sync.sock",
-        )
-        .unwrap();
+        let g = group_flag(GROUP_EXAMPLE).unwrap();
         assert_eq!(g.port, Some(8015));
         assert_eq!(g.socket, Some(PathBuf::from("/var/run/flagd/sync.sock")));
         assert_eq!(g.tcp_backend.as_deref(), Some(".sync.sock"));
@@ -226,9 +209,10 @@ mod tests {
 
     #[test]
     fn a_tcp_only_group_serves_no_socket_and_no_tls() {
-        let g =
-            group_flag("listen=0.0.0.0:8013,listen=[::1]:8013,instances=/i,tcp-backend=.eval.sock")
-                .unwrap();
+        let g = group_flag(
+            r#"{listen: ["0.0.0.0:8013", "[::1]:8013"], instances: /i, tcpBackend: .eval.sock}"#,
+        )
+        .unwrap();
         let process = NodeProxyFlags {
             tls_cert: Some("/tls/tls.crt".into()),
             tls_key: Some("/tls/tls.key".into()),
@@ -244,10 +228,11 @@ mod tests {
             ]
         );
         assert!(flags.tls_files().is_none());
-        let socket_only =
-            group_flag("socket=/s/x.sock,socket-mode=660,instances=/i,socket-backend=.x")
-                .unwrap()
-                .flags(&process);
+        let socket_only = group_flag(
+            r#"{socket: /s/x.sock, socketMode: "660", instances: /i, socketBackend: .x}"#,
+        )
+        .unwrap()
+        .flags(&process);
         assert!(socket_only.no_tcp && !socket_only.no_socket);
         assert_eq!(socket_only.socket_mode, 0o660);
     }
@@ -255,34 +240,47 @@ mod tests {
     #[test]
     fn a_bad_group_is_refused_with_what_to_write() {
         for (text, says) in [
-            ("listen=[::]:8015,backend=.s", "needs instances"),
-            ("instances=/i", "serves nothing"),
-            ("listen=[::]:8015,instances=/i", "needs tcp-backend"),
-            ("port=8015,instances=/i", "needs tcp-backend"),
+            (r#"{listen: ["[::]:8015"], backend: .s}"#, "needs instances"),
+            ("{instances: /i}", "serves nothing"),
             (
-                "port=8015,listen=[::]:8015,instances=/i,backend=.s",
+                r#"{listen: ["[::]:8015"], instances: /i}"#,
+                "needs tcpBackend",
+            ),
+            ("{port: 8015, instances: /i}", "needs tcpBackend"),
+            (
+                r#"{port: 8015, listen: ["[::]:8015"], instances: /i, backend: .s}"#,
                 "not both",
             ),
-            ("port=0,instances=/i,backend=.s", "1 to 65535"),
-            ("port=http,instances=/i,backend=.s", "1 to 65535"),
+            ("{port: 0, instances: /i, backend: .s}", "1 to 65535"),
             (
-                "socket=/s,instances=/i,tcp-backend=.t",
-                "needs socket-backend",
-            ),
-            ("listen=8015,instances=/i,backend=.s", "example: [::]:8015"),
-            (
-                "instances=/i,instances=/j,socket=/s,backend=.s",
-                "given twice",
+                "{port: http, instances: /i, backend: .s}",
+                "a mapping such as",
             ),
             (
-                "instances=/i,socket=/s,backend=a/b",
+                "{socket: /s, instances: /i, tcpBackend: .t}",
+                "needs socketBackend",
+            ),
+            (
+                r#"{listen: ["8015"], instances: /i, backend: .s}"#,
+                "a mapping such as",
+            ),
+            (
+                "{instances: /i, instances: /j, socket: /s, backend: .s}",
+                "a mapping such as",
+            ),
+            (
+                "{instances: /i, socket: /s, backend: .s, tcpBackend: .t}",
+                "not both",
+            ),
+            (
+                "{instances: /i, socket: /s, backend: a/b}",
                 "invalid instance socket suffix",
             ),
             (
-                "instances=/i,socket=/s,backend=.s,tls-cert=/c",
-                "unknown group key",
+                "{instances: /i, socket: /s, backend: .s, tlsCert: /c}",
+                "unknown field",
             ),
-            ("instances", "not key=value"),
+            ("port=8015,instances=/i", "a mapping such as"),
         ] {
             let err = group_flag(text).unwrap_err();
             assert!(err.contains(says), "{text}: {err}");

@@ -1,7 +1,7 @@
 //! The admission path of the webhook: one request from its first byte to its answer. Bounds are taken before
-//! anything is read, the body is read within its budget, the review runs off the async workers, the namespace
-//! doubt is settled by one policy ([`review_in_namespace`]), and every error answer is an [`ApiError`], counted
-//! once where it is turned into a response.
+//! anything is read, the body is read within its budget, and [`review`] runs each stage once: decode, the
+//! namespace by one policy ([`resolve`]), decide and render, encode. Every error answer is an [`ApiError`],
+//! counted once where it is turned into a response.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

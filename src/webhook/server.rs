@@ -1,4 +1,4 @@
-//! The HTTPS webhook: a thin axum layer around [`admission::review`]. It decodes, bounds and times requests,
+//! The HTTPS webhook: a thin axum layer around the admission stages (`review.rs`). It bounds and times requests,
 //! records metrics and logs; every decision stays in the core.
 
 use std::net::SocketAddr;
