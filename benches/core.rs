@@ -8,17 +8,13 @@ use pdp_core::core::NamespaceInfo;
 
 #[path = "reviews.rs"]
 mod reviews;
-use reviews::{Class, body};
+use reviews::{Class, SIZES, body};
 
 fn core_path(c: &mut Criterion) {
     let config = Config::builtin();
     let lookup = |ns: &str| NamespaceInfo::named(ns);
     let mut group = c.benchmark_group("review");
-    for (label, size) in [
-        ("2KiB", 2 * 1024),
-        ("22KiB", 22 * 1024),
-        ("80KiB", 80 * 1024),
-    ] {
+    for (label, size) in SIZES {
         for class in [
             Class::Inject,
             Class::OptedOut,

@@ -3,6 +3,13 @@
 
 use serde_json::{Value, json};
 
+/// The Pod sizes every core-path figure is measured at, with their labels.
+pub const SIZES: [(&str, usize); 3] = [
+    ("2KiB", 2 * 1024),
+    ("22KiB", 22 * 1024),
+    ("80KiB", 80 * 1024),
+];
+
 /// The request classes of the load mix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {

@@ -18,7 +18,6 @@ use kube::core::NamespaceResourceScope;
 use rustls_pki_types::ServerName;
 use serde::de::DeserializeOwned;
 
-use crate::cluster::versions::supports_native_sidecars;
 use crate::config::Config;
 use crate::names::CSI_DRIVER;
 use crate::tls;
@@ -28,6 +27,7 @@ use pdp_core::check::analyse::{
 };
 use pdp_core::check::certs;
 use pdp_core::check::workloads::Owners;
+use pdp_core::config::supports_native_sidecars;
 
 /// What to read.
 #[derive(Debug, Clone)]

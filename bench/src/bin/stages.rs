@@ -25,7 +25,7 @@ use pdp_core::core::{Decision, Form, NamespaceInfo, PodView, decide, inject_view
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use pdp_injector_bench::reviews::{Class, body};
+use pdp_injector_bench::reviews::{Class, SIZES, body};
 
 /// The Pod of a review as a slice of the body: the input of the `view` and `parse_pod` stages.
 fn raw_object(input: &[u8]) -> &str {
@@ -48,11 +48,7 @@ fn stages(c: &mut Criterion) {
     let ns = NamespaceInfo::named("payments");
     let lookup = |n: &str| NamespaceInfo::named(n);
     let mut group = c.benchmark_group("stage");
-    for (label, size) in [
-        ("2KiB", 2 * 1024),
-        ("22KiB", 22 * 1024),
-        ("80KiB", 80 * 1024),
-    ] {
+    for (label, size) in SIZES {
         for class in [
             Class::Inject,
             Class::OptedOut,

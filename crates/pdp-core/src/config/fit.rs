@@ -41,3 +41,39 @@ impl ClusterFit {
         }
     }
 }
+
+/// The number at the start of an apiserver version part (`"28+"` is 28); `None` when it has none.
+pub fn version_part(part: &str) -> Option<u32> {
+    part.chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .ok()
+}
+
+/// Whether the apiserver stores native sidecars (init containers with `restartPolicy: Always` and probes):
+/// Kubernetes 1.29 and later. Older servers silently drop the restart policy and refuse the probes.
+pub fn supports_native_sidecars(major: &str, minor: &str) -> bool {
+    match (version_part(major), version_part(minor)) {
+        (Some(1), Some(minor)) => minor >= 29,
+        (Some(major), _) => major > 1,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_sidecars_from_1_29() {
+        assert!(!supports_native_sidecars("1", "20"));
+        assert!(!supports_native_sidecars("1", "28+"));
+        assert!(supports_native_sidecars("1", "29"));
+        assert!(supports_native_sidecars("1", "33+"));
+        assert!(supports_native_sidecars("2", "0"));
+        assert!(supports_native_sidecars("", ""));
+        assert_eq!(version_part("28+"), Some(28));
+        assert_eq!(version_part("x"), None);
+    }
+}

@@ -25,7 +25,7 @@ mod validate;
 
 pub use builtins::builtin_profiles;
 pub use central::{CentralSpec, is_dns_name};
-pub use fit::ClusterFit;
+pub use fit::{ClusterFit, supports_native_sidecars, version_part};
 pub use profile::Profile;
 use profile::{ProfileFile, merge_profile};
 pub use security::{SELINUX_TYPES_ALLOWED, restricted_security_context, restricted_violations};

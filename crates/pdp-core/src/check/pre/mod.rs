@@ -10,7 +10,7 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use super::analyse::Read;
 use super::codes::FindingCode as Code;
 use super::report::{Finding, Report, Section, Severity};
-use crate::config::{Config, Mode, PssLevel};
+use crate::config::{Config, Mode, PssLevel, version_part};
 use crate::core::NamespaceInfo;
 use crate::names::{DEFAULT_NAMESPACE, LABEL_NAMESPACE_INJECTION, LABEL_PSS_ENFORCE};
 
@@ -82,14 +82,7 @@ pub struct PreView {
 }
 
 fn version_number(major: &str, minor: &str) -> Option<(u32, u32)> {
-    let digits = |s: &str| {
-        s.chars()
-            .take_while(char::is_ascii_digit)
-            .collect::<String>()
-            .parse::<u32>()
-            .ok()
-    };
-    Some((digits(major)?, digits(minor)?))
+    Some((version_part(major)?, version_part(minor)?))
 }
 
 /// The judging of a [`PreView`]: findings per section, and what stops which model.

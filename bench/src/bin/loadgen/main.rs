@@ -30,11 +30,19 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use pdp_injector_bench::proc::{cpu_ticks, machine_busy_ticks, status_kib};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+
+mod args;
+
+use args::{
+    Body, MAX_CONNECTIONS, Target, number, parse_body, parse_server_name, parse_url,
+    positive_number, positive_seconds, seconds,
+};
 
 /// The flags; `--help` prints them.
 #[derive(Parser)]
@@ -89,105 +97,6 @@ struct Args {
     /// machine does not.
     #[arg(long)]
     spin: bool,
-}
-
-/// Where `--url` points.
-#[derive(Clone)]
-struct Target {
-    addr: SocketAddr,
-    /// Path and query, as sent.
-    path: String,
-}
-
-/// One `--body`.
-#[derive(Clone)]
-struct Body {
-    file: PathBuf,
-    weight: usize,
-}
-
-fn parse_url(url: &str) -> Result<Target, String> {
-    let rest = url
-        .strip_prefix("https://")
-        .ok_or("must start with https://")?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let addr = authority
-        .parse()
-        .map_err(|e| format!("{authority:?} is not IP:PORT: {e}"))?;
-    // Checked here, not when the first request is built.
-    path.parse::<hyper::Uri>()
-        .map_err(|e| format!("path {path:?}: {e}"))?;
-    Ok(Target {
-        addr,
-        path: path.to_string(),
-    })
-}
-
-fn parse_server_name(name: &str) -> Result<ServerName<'static>, String> {
-    ServerName::try_from(name.to_string()).map_err(|e| format!("{name:?}: {e}"))
-}
-
-fn parse_body(v: &str) -> Result<Body, String> {
-    let (file, weight) = match v.rsplit_once('@') {
-        Some((f, w)) => (f, w.parse().map_err(|e| format!("weight {w:?}: {e}"))?),
-        None => (v, 1),
-    };
-    if file.is_empty() {
-        return Err("no file before @".into());
-    }
-    if weight > MAX_WEIGHT {
-        return Err(format!("weight {weight} is above {MAX_WEIGHT}"));
-    }
-    Ok(Body {
-        file: PathBuf::from(file),
-        weight,
-    })
-}
-
-/// Most connections: one per client port.
-const MAX_CONNECTIONS: i64 = 65_536;
-
-/// Largest `--body` weight (the mix is a table with one slot per unit of weight).
-const MAX_WEIGHT: usize = 1_000_000;
-
-/// The longest time any flag may ask for: far beyond any run, and well inside what `Instant` can add.
-const MAX_SECONDS: f64 = 1e6;
-
-/// A finite number, positive or zero.
-fn number(v: &str) -> Result<f64, String> {
-    let x: f64 = v.parse().map_err(|e| format!("{v:?}: {e}"))?;
-    if !x.is_finite() || x < 0.0 {
-        return Err(format!("{v:?} is not a number >= 0"));
-    }
-    Ok(x)
-}
-
-fn positive_number(v: &str) -> Result<f64, String> {
-    let x = number(v)?;
-    if x == 0.0 {
-        return Err(format!("{v:?} is not positive"));
-    }
-    Ok(x)
-}
-
-/// Seconds, possibly fractional: `0.5`, `3`.
-fn seconds(v: &str) -> Result<Duration, String> {
-    let s = number(v)?;
-    if s > MAX_SECONDS {
-        return Err(format!("{v:?}: at most {MAX_SECONDS} seconds"));
-    }
-    Ok(Duration::from_secs_f64(s))
-}
-
-fn positive_seconds(v: &str) -> Result<Duration, String> {
-    let d = seconds(v)?;
-    if d.is_zero() {
-        return Err(format!("{v:?} is not positive"));
-    }
-    Ok(d)
 }
 
 /// Measurement window, published to every connection once all of them are connected.
@@ -398,38 +307,6 @@ async fn run_connection(
     stats
 }
 
-/// Busy time of the whole machine (all CPUs: user, nice, system, irq, softirq, steal), in clock ticks.
-fn machine_busy_ticks() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal
-    Some([0, 1, 2, 5, 6, 7].iter().filter_map(|&i| v.get(i)).sum())
-}
-
-/// utime+stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in parentheses and may hold spaces: state is field 3.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = fields.get(14 - 3)?.parse().ok()?;
-    let stime: u64 = fields.get(15 - 3)?.parse().ok()?;
-    Some(utime + stime)
-}
-
-fn status_kib(pid: &str, key: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 fn percentile(sorted: &[u32], q: f64) -> u32 {
     if sorted.is_empty() {
         return 0;
@@ -560,13 +437,13 @@ async fn run(a: Args) -> Result<Value, String> {
     let _ = window_tx.send(Some(window));
 
     tokio::time::sleep_until(window.measure.into()).await;
-    let cpu_before = a.pid.and_then(cpu_ticks);
-    let self_before = cpu_ticks(std::process::id());
+    let cpu_before = a.pid.and_then(|p| cpu_ticks(p).ok());
+    let self_before = cpu_ticks(std::process::id()).ok();
     let machine_before = machine_busy_ticks();
     let measured_from = Instant::now();
     tokio::time::sleep_until(window.end.into()).await;
-    let cpu_after = a.pid.and_then(cpu_ticks);
-    let self_after = cpu_ticks(std::process::id());
+    let cpu_after = a.pid.and_then(|p| cpu_ticks(p).ok());
+    let self_after = cpu_ticks(std::process::id()).ok();
     let machine_after = machine_busy_ticks();
     let window_s = measured_from.elapsed().as_secs_f64();
 
@@ -613,14 +490,13 @@ async fn run(a: Args) -> Result<Value, String> {
             _ => None,
         };
         let cpu_s = ticks.map(|t| t as f64 / a.clk_tck);
-        let pid = pid.to_string();
         json!({
             "pid": a.pid,
             "cpu_s": cpu_s,
             "cpu_share": cpu_s.map(|c| c / window_s),
             "cpu_us_per_req": cpu_s.filter(|_| requests > 0).map(|c| c * 1e6 / requests as f64),
-            "vmhwm_kib": status_kib(&pid, "VmHWM:"),
-            "vmrss_kib": status_kib(&pid, "VmRSS:"),
+            "vmhwm_kib": status_kib(pid, "VmHWM:").ok(),
+            "vmrss_kib": status_kib(pid, "VmRSS:").ok(),
             "alive": std::path::Path::new(&format!("/proc/{pid}")).exists(),
         })
     });

@@ -26,8 +26,7 @@
 //! ```
 //! Runs on a single-threaded tokio runtime (the script pins it to one core, the server to the other).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -35,9 +34,14 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use pdp_flagsync::proto::SyncFlagsRequest;
 use pdp_flagsync::proto::flag_sync_service_client::FlagSyncServiceClient;
+use pdp_injector_bench::proc::{cpu_ticks, open_files_limit, status_kib};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
+
+mod metrics;
+
+use metrics::{histogram_quantile, http_get, scrape};
 
 /// The namespace the server counts every caller in, and the directory under which the flag file lives.
 const NAMESPACE: &str = "team-a";
@@ -259,144 +263,6 @@ fn revision(config: &str) -> Option<u32> {
         .take_while(|c| c.is_ascii_digit())
         .collect();
     digits.parse().ok()
-}
-
-/// An HTTP/1.0 GET of the management port: status and body.
-fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), Fail> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-        .map_err(|e| format!("{addr}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(|e| e.to_string())?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)
-        .map_err(|e| format!("GET {path}: {e}"))?;
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("GET {path}: no status line"))?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    Ok((status, body.to_string()))
-}
-
-/// The server's metrics of interest: the sent counter and the update lag histogram (cumulative buckets).
-#[derive(Default, Clone)]
-struct Scrape {
-    subscribers: f64,
-    sent: f64,
-    /// (upper bound, cumulative count), +Inf last.
-    buckets: Vec<(f64, f64)>,
-    count: f64,
-}
-
-fn scrape(addr: SocketAddr) -> Result<Scrape, Fail> {
-    let (status, body) = http_get(addr, "/metrics")?;
-    if status != 200 {
-        return Err(format!("/metrics answered {status}"));
-    }
-    let mut s = Scrape::default();
-    for line in body.lines().filter(|l| !l.starts_with('#')) {
-        let Some((name, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(value) = value.parse::<f64>() else {
-            continue;
-        };
-        if name == "pdp_flag_sync_subscribers" {
-            s.subscribers = value;
-        } else if name == "pdp_flag_sync_sent_total" {
-            s.sent = value;
-        } else if name == "pdp_flag_sync_update_lag_seconds_count" {
-            s.count = value;
-        } else if let Some(le) = name
-            .strip_prefix("pdp_flag_sync_update_lag_seconds_bucket{le=\"")
-            .and_then(|r| r.strip_suffix("\"}"))
-        {
-            let le = if le == "+Inf" {
-                f64::INFINITY
-            } else {
-                le.parse().map_err(|_| format!("bucket bound {le:?}"))?
-            };
-            s.buckets.push((le, value));
-        }
-    }
-    if s.buckets.is_empty() {
-        return Err("/metrics has no pdp_flag_sync_update_lag_seconds histogram".into());
-    }
-    Ok(s)
-}
-
-/// Quantile `q` of the histogram `after - before`, interpolated linearly in its bucket (as Prometheus'
-/// histogram_quantile does); `None` when empty. In the +Inf bucket, the last finite bound.
-fn histogram_quantile(before: &Scrape, after: &Scrape, q: f64) -> Option<f64> {
-    let deltas: Vec<(f64, f64)> = after
-        .buckets
-        .iter()
-        .map(|&(le, c)| {
-            let b = before
-                .buckets
-                .iter()
-                .find(|(l, _)| *l == le)
-                .map_or(0.0, |x| x.1);
-            (le, c - b)
-        })
-        .collect();
-    let total = deltas.last()?.1;
-    if total <= 0.0 {
-        return None;
-    }
-    let rank = q * total;
-    let mut lower = (0.0, 0.0);
-    for &(le, c) in &deltas {
-        if c >= rank {
-            if le.is_infinite() {
-                return Some(lower.0);
-            }
-            let width = c - lower.1;
-            let frac = if width > 0.0 {
-                (rank - lower.1) / width
-            } else {
-                1.0
-            };
-            return Some(lower.0 + (le - lower.0) * frac);
-        }
-        lower = (le, c);
-    }
-    None
-}
-
-/// utime+stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> Result<u64, Fail> {
-    let path = format!("/proc/{pid}/stat");
-    let stat = std::fs::read_to_string(&path).map_err(|e| format!("{path} unreadable: {e}"))?;
-    let parse = || -> Option<u64> {
-        // Fields after the command name, which is in parentheses and may hold spaces: state is field 3.
-        let rest = &stat[stat.rfind(')')? + 2..];
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let utime: u64 = fields.get(14 - 3)?.parse().ok()?;
-        let stime: u64 = fields.get(15 - 3)?.parse().ok()?;
-        Some(utime + stime)
-    };
-    parse().ok_or_else(|| format!("{path}: no utime/stime"))
-}
-
-/// A /proc/PID/status field in KiB (VmRSS, VmHWM).
-fn status_kib(pid: u32, key: &str) -> Result<u64, Fail> {
-    let path = format!("/proc/{pid}/status");
-    let status = std::fs::read_to_string(&path).map_err(|e| format!("{path} unreadable: {e}"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| format!("{path}: no {key}"))
-}
-
-/// The soft limit of open files of this process (the started server inherits it).
-fn open_files_limit() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
 }
 
 /// What a stream reports to the run.
