@@ -18,15 +18,14 @@ use pdp_injector::csi::{self, CsiNodeFlags};
 use prost::Message;
 use tokio::net::UnixStream;
 
-include!("common/skip.rs");
+use pdp_testkit::skip::cannot_run;
 
 /// A directory removed at the end of the test (after any mount below it is undone).
-struct TempDir(PathBuf);
+struct TempDir(pdp_testkit::dir::TempDir);
 
 impl TempDir {
     fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("pdp-csi-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = pdp_testkit::dir::TempDir::new(&format!("csi-{name}"));
         std::fs::create_dir_all(dir.join("kubelet/pods/uid1/volumes/kubernetes.io~csi/pdp"))
             .unwrap();
         std::fs::create_dir_all(dir.join("cerbos")).unwrap();
@@ -46,13 +45,12 @@ impl Drop for TempDir {
         let mut points: Vec<&str> = info
             .lines()
             .filter_map(|l| l.split(' ').nth(4))
-            .filter(|p| Path::new(p).starts_with(&self.0))
+            .filter(|p| Path::new(p).starts_with(self.0.path()))
             .collect();
         points.sort_by_key(|p| std::cmp::Reverse(p.len()));
         for point in points {
             let _ = rustix::mount::unmount(point, rustix::mount::UnmountFlags::DETACH);
         }
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -578,7 +576,7 @@ async fn volumes_beyond_the_bounds_per_pod_and_per_node_are_refused() {
             "{refused:?}"
         );
     }
-    assert_eq!(mounts_below(&dir.0).len(), 3);
+    assert_eq!(mounts_below(dir.0.path()).len(), 3);
     // An unpublished volume gives its place back.
     let _: NodeUnpublishVolumeResponse = call(
         &sock,
@@ -641,7 +639,7 @@ async fn only_a_volume_it_published_is_unpublished_even_after_a_restart() {
         assert!(err.1.contains("not published by this plugin"), "{err:?}");
     }
     assert_eq!(std::fs::read(theirs.join("file")).unwrap(), b"kept");
-    assert!(mounts_below(&dir.0).contains(&theirs.display().to_string()));
+    assert!(mounts_below(dir.0.path()).contains(&theirs.display().to_string()));
     assert!(plain.is_dir());
 
     // A new process knows what the old one published.
@@ -652,7 +650,7 @@ async fn only_a_volume_it_published_is_unpublished_even_after_a_restart() {
             .await
             .unwrap();
     assert!(!ours.exists());
-    assert!(!mounts_below(&dir.0).contains(&ours.display().to_string()));
+    assert!(!mounts_below(dir.0.path()).contains(&ours.display().to_string()));
     // Gone already: success again (the kubelet retries).
     let _: NodeUnpublishVolumeResponse =
         call(&sock, "/csi.v1.Node/NodeUnpublishVolume", &unpublish(&ours))
@@ -716,6 +714,6 @@ async fn a_link_swapped_in_while_the_gate_waits_redirects_no_mount() {
         !elsewhere.join("mount").exists(),
         "nothing created through the link"
     );
-    assert_eq!(mounts_below(&dir.0), Vec::<String>::new());
+    assert_eq!(mounts_below(dir.0.path()), Vec::<String>::new());
     plugin.stop().await;
 }

@@ -15,7 +15,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 mod common;
-use common::{lines::*, process::*, skip::cannot_run};
+use common::{lines::*, process::*};
+use pdp_testkit::skip::cannot_run;
 
 /// The answer-time bound for a normal client: 100 ms as the issue asks, looser in unoptimised builds (a debug
 /// server does the same work several times slower, and `cargo test` shares the machine with other test binaries).

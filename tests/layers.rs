@@ -244,15 +244,15 @@ fn layers_point_one_way_in_both_crates() {
 /// The check can fail: a file of the core that used the webhook, or a pure module that opened a file, is found.
 #[test]
 fn a_breach_is_found() {
-    let dir = std::env::temp_dir().join(format!("pdp-layers-{}", std::process::id()));
+    let scratch = pdp_testkit::dir::TempDir::new("layers");
+    let dir = scratch.path();
     std::fs::create_dir_all(dir.join("core")).unwrap();
     std::fs::write(
         dir.join("core/bad.rs"),
         "use crate::admission::x;\nfn f() { std::fs::read(\"a\"); }\n#[cfg(test)]\nuse crate::check;\n",
     )
     .unwrap();
-    let found = breaches(&dir, CORE_LAYERS, &[], NO_STD_IO);
-    std::fs::remove_dir_all(&dir).unwrap();
+    let found = breaches(dir, CORE_LAYERS, &[], NO_STD_IO);
     assert_eq!(found.len(), 2, "{found:?}");
     assert!(found[0].ends_with("bad.rs:1: layer core uses crate::admission"));
     assert!(found[1].ends_with("bad.rs:2: the pure layer core names std::fs"));

@@ -410,7 +410,9 @@ fn can_render() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !here {
-        common::skip::cannot_run("kubectl is needed to render the manifests (kubectl kustomize)");
+        pdp_testkit::skip::cannot_run(
+            "kubectl is needed to render the manifests (kubectl kustomize)",
+        );
     }
     here
 }

@@ -15,35 +15,25 @@ use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::task::JoinHandle;
 
 mod common;
-use common::{lines::*, skip::*, tls_client::*};
+use common::lines::*;
+use pdp_testkit::skip::cannot_run;
+use pdp_testkit::tls::tls_client_config;
 
-/// A directory removed at the end of the test.
-struct TempDir(PathBuf);
+/// A scratch directory with the front's instance directory.
+struct TempDir(pdp_testkit::dir::TempDir);
 
 impl TempDir {
     fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("pdp-front-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("instances")).unwrap();
+        let dir = pdp_testkit::dir::TempDir::new(&format!("front-{name}"));
         // Writable by its owner alone, whatever the umask: the front refuses an instance directory others can write.
-        std::fs::set_permissions(
-            dir.join("instances"),
-            std::fs::Permissions::from_mode(0o755),
-        )
-        .unwrap();
+        dir.mkdir("instances", 0o755);
         TempDir(dir)
     }
     fn path(&self) -> &Path {
-        &self.0
+        self.0.path()
     }
     fn instances(&self) -> PathBuf {
         self.0.join("instances")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -2507,10 +2497,7 @@ async fn real_cerbos_grpc_over_tls_through_the_front() {
 
 /// Clock ticks of CPU (user + system) a process has used.
 fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = after.split(' ').collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    pdp_testkit::proc::cpu_ticks(pid).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Times `count` calls of `one`, one after another; with the front's CPU ticks over them unless the path
@@ -2532,9 +2519,10 @@ async fn timed(
     (lat, ticks)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i].as_secs_f64() * 1e6
+/// The nearest-rank quantile `q` (0..=1) in microseconds.
+fn percentile(sorted: &[Duration], q: f64) -> f64 {
+    let at = pdp_testkit::stats::percentile(sorted, q * 100.0).expect("samples");
+    at.as_secs_f64() * 1e6
 }
 
 #[derive(Clone, Copy)]

@@ -5,38 +5,20 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_pdp-injector");
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("pdp-groups-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        for sub in ["cerbos-instances", "flagd-instances", "cerbos", "flagd"] {
-            std::fs::create_dir_all(dir.join(sub)).unwrap();
-            // Writable by its owner alone, whatever the umask: the front refuses instance directories others can write.
-            std::fs::set_permissions(
-                dir.join(sub),
-                std::os::unix::fs::PermissionsExt::from_mode(0o755),
-            )
-            .unwrap();
-        }
-        TempDir(dir)
+/// A scratch directory with both groups' instance and socket directories.
+fn temp_dir(name: &str) -> TempDir {
+    let dir = TempDir::new(&format!("groups-{name}"));
+    for sub in ["cerbos-instances", "flagd-instances", "cerbos", "flagd"] {
+        // Writable by its owner alone, whatever the umask: the front refuses instance directories others can write.
+        dir.mkdir(sub, 0o755);
     }
-    fn join(&self, p: &str) -> PathBuf {
-        self.0.join(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    dir
 }
 
 /// Kills the front if a test fails before stopping it.
@@ -69,7 +51,8 @@ fn instance(path: &Path, tag: &'static str) {
 }
 
 mod common;
-use common::free_port::free_port;
+use pdp_testkit::dir::TempDir;
+use pdp_testkit::net::free_port;
 
 fn ask<S: std::io::Read + Write>(mut stream: S, text: &str) -> String {
     writeln!(stream, "{text}").unwrap();
@@ -126,7 +109,7 @@ fn front_args(dir: &TempDir, eval_port: u16, sync_port: u16) -> Vec<String> {
 
 #[test]
 fn one_front_serves_every_pdp_endpoint_to_its_own_instances() {
-    let dir = TempDir::new("serve");
+    let dir = temp_dir("serve");
     instance(
         &dir.join("cerbos-instances/cerbos-pdp-a.http.sock"),
         "cerbos-http",
@@ -183,7 +166,7 @@ fn one_front_serves_every_pdp_endpoint_to_its_own_instances() {
 
 #[test]
 fn a_group_that_cannot_start_stops_the_whole_front() {
-    let dir = TempDir::new("partial");
+    let dir = temp_dir("partial");
     // The sync group's socket directory does not exist: that group cannot bind, so the front must not run with
     // Cerbos's socket and flagd's evaluation endpoint only.
     std::fs::remove_dir_all(dir.join("flagd")).unwrap();

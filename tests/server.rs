@@ -22,7 +22,7 @@ use tokio::net::TcpStream;
 
 mod common;
 use common::process::{connect, send};
-use common::tls_client::*;
+use pdp_testkit::tls::tls_client_config;
 
 const FIXTURE: &str = include_str!("fixtures/admissionreview-v1-pod-create.json");
 

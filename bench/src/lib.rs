@@ -14,5 +14,3 @@
 /// every figure is measured on the same inputs.
 #[path = "../../benches/reviews.rs"]
 pub mod reviews;
-
-pub mod proc;

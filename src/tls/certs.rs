@@ -122,7 +122,8 @@ mod tests {
     #[test]
     fn bundle_writes_private_keys_owner_only() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("pdp-certs-{}", std::process::id()));
+        let scratch = pdp_testkit::dir::TempDir::new("certs");
+        let dir = scratch.join("bundle");
         let b = generate(&["localhost".into()], 1, 1).unwrap();
         write_bundle(&b, &dir).unwrap();
         let mode = std::fs::metadata(dir.join("tls.key"))
@@ -135,16 +136,14 @@ mod tests {
                 .unwrap()
                 .starts_with("-----BEGIN CERTIFICATE-----")
         );
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     /// A symlink planted where a predictable temporary file would go, or at the target itself, is never
     /// followed: the file it points at stays as it was, and no temporary file is left.
     #[test]
     fn writes_never_follow_a_planted_symlink() {
-        let dir = std::env::temp_dir().join(format!("pdp-certs-link-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = pdp_testkit::dir::TempDir::new("certs-link");
+        let dir = scratch.path();
         let victim = dir.join("victim");
         std::fs::write(&victim, "precious").unwrap();
         let target = dir.join("tls.key");
@@ -160,7 +159,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "second");
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-        let mut left: Vec<String> = std::fs::read_dir(&dir)
+        let mut left: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
@@ -168,6 +167,5 @@ mod tests {
         assert_eq!(left, ["tls.key", "tls.tmp", "victim"]);
         // A directory that does not exist is an error, not a write elsewhere.
         assert!(write_file(&dir.join("missing/tls.key"), b"x", false).is_err());
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

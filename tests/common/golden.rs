@@ -1,5 +1,5 @@
 // Shared by tests/golden.rs and tests/docs (the examples): expected files compared with what the offline
-// injector makes, refreshed with `UPDATE_GOLDEN=1` (tests/common/skip.rs), and the flags of `pdp-injector inject`
+// injector makes, refreshed with `UPDATE_GOLDEN=1` (pdp_testkit::skip), and the flags of `pdp-injector inject`
 // that a case's `.args` file holds, read as the binary reads them.
 
 use std::path::{Path, PathBuf};
@@ -63,7 +63,7 @@ impl Expected {
     /// Compares `actual` (`None`: no file is expected) with the file at `path`, or writes it when refreshing.
     pub fn check(&mut self, what: &str, path: &Path, actual: Option<&str>) {
         let expected = std::fs::read_to_string(path).ok();
-        if super::skip::refreshing() {
+        if pdp_testkit::skip::refreshing() {
             match actual {
                 Some(text) => std::fs::write(path, text).unwrap(),
                 None => {

@@ -3,9 +3,6 @@
 #![allow(dead_code)]
 
 pub mod contains;
-pub mod free_port;
 pub mod golden;
 pub mod lines;
 pub mod process;
-pub mod skip;
-pub mod tls_client;

@@ -60,25 +60,15 @@ pub fn chosen_bin(other: Option<std::ffi::OsString>, ci: bool) -> std::ffi::OsSt
     other
 }
 
-/// Open file descriptors of process `pid`, from /proc. Unreadable (no /proc, the process gone) is a failure,
-/// never 0: a figure that reads as "none" would pass every bound.
+/// Open file descriptors of process `pid`; unreadable /proc is a failure, never 0 (that would pass every bound).
 pub fn proc_fds(pid: u32) -> usize {
-    let dir = format!("/proc/{pid}/fd");
-    std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot count descriptors: {dir}: {e}"))
-        .count()
+    pdp_testkit::proc::open_fds(pid).unwrap_or_else(|e| panic!("cannot count descriptors: {e}"))
 }
 
-/// Resident memory of process `pid` in KiB (VmRSS in /proc); unreadable or absent is a failure, never 0.
+/// Resident memory of process `pid` in KiB (VmRSS); unreadable or absent is a failure, never 0.
 pub fn proc_rss_kib(pid: u32) -> u64 {
-    let path = format!("/proc/{pid}/status");
-    let status = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read resident memory: {path}: {e}"));
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no VmRSS figure in {path}: {status}"))
+    pdp_testkit::proc::status_kib(pid, "VmRSS:")
+        .unwrap_or_else(|e| panic!("cannot read resident memory: {e}"))
 }
 
 /// Tests in one binary that measure time or count descriptors must not overlap.
@@ -124,8 +114,8 @@ pub struct ServerProcess {
     pub log: PathBuf,
 }
 
-use super::free_port::free_port;
-use super::tls_client::tls_client_config;
+use pdp_testkit::net::free_port;
+use pdp_testkit::tls::tls_client_config;
 
 /// Writes a CA and a serving certificate for localhost and 127.0.0.1 with the binary's own `certs` command.
 pub fn make_certs(dir: &Path) -> String {
@@ -419,13 +409,9 @@ pub async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
     read.ok().map(|_| (started.elapsed(), all))
 }
 
-/// Latencies in order; `p` in 0..=100.
+/// Latencies in order; `p` in 0..=100 (zero when there are none).
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    pdp_testkit::stats::percentile(sorted, p).unwrap_or_default()
 }
 
 /// A ClientHello cut short: the first bytes of a TLS record that never completes.

@@ -12,7 +12,12 @@ use pdp_injector::config::Config;
 use pdp_injector::offline;
 use serde_json::{Value, json};
 
-use crate::support::{BIN, Running, TempDir, cannot_run, free_port, have, read, root, wait_for};
+use pdp_testkit::dir::TempDir;
+use pdp_testkit::net::free_port;
+use pdp_testkit::process::{Running, have, wait_for};
+use pdp_testkit::skip::cannot_run;
+
+use crate::support::{BIN, read, root};
 
 /// A directory with a `kubectl` that prints `output` whatever it is asked, for cluster snippets.
 fn kubectl_stub(dir: &Path, output: &Path) -> String {

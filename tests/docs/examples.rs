@@ -177,7 +177,7 @@ fn examples_validate_against_the_kubernetes_schema() {
         .status()
         .is_ok_and(|s| s.success());
     if !available {
-        crate::support::cannot_run(
+        pdp_testkit::skip::cannot_run(
             "python3 with kubernetes-validate is needed to validate docs/examples",
         );
         return;

@@ -12,7 +12,11 @@ use std::time::Duration;
 use pdp_injector::config::Config;
 use pdp_injector::offline;
 
-use crate::support::{Running, TempDir, cannot_run, read, root, wait_for};
+use pdp_testkit::dir::TempDir;
+use pdp_testkit::process::{Running, wait_for};
+use pdp_testkit::skip::cannot_run;
+
+use crate::support::{read, root};
 
 /// The ways a Pod can be wired, with the example whose rendered environment the app sees.
 const MODES: [(&str, &str); 4] = [

@@ -272,17 +272,14 @@ mod tests {
 
     /// The file types of real files, made here: `FileType` has no constructor.
     fn kinds() -> (std::fs::FileType, std::fs::FileType, std::fs::FileType) {
-        let dir = std::env::temp_dir().join(format!("pdp-kinds-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
+        let scratch = pdp_testkit::dir::TempDir::new("kinds");
+        let dir = scratch.path();
         let sock = dir.join("a.sock");
         let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
         std::os::unix::fs::symlink(&sock, dir.join("link")).unwrap();
         std::fs::write(dir.join("file"), b"").unwrap();
         let kind = |n: &str| std::fs::symlink_metadata(dir.join(n)).unwrap().file_type();
-        let out = (kind("a.sock"), kind("link"), kind("file"));
-        std::fs::remove_dir_all(&dir).unwrap();
-        out
+        (kind("a.sock"), kind("link"), kind("file"))
     }
 
     #[test]

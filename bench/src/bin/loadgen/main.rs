@@ -30,7 +30,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use pdp_injector_bench::proc::{cpu_ticks, machine_busy_ticks, status_kib};
+use pdp_testkit::proc::{cpu_ticks, machine_busy_ticks, status_kib};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
@@ -307,12 +307,9 @@ async fn run_connection(
     stats
 }
 
+/// The nearest-rank quantile `q` (0..=1) in microseconds; 0 with no samples.
 fn percentile(sorted: &[u32], q: f64) -> u32 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
+    pdp_testkit::stats::percentile(sorted, q * 100.0).unwrap_or(0)
 }
 
 fn summary(mut lat: Vec<u32>) -> Value {

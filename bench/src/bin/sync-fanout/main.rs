@@ -26,7 +26,7 @@
 //! ```
 //! Runs on a single-threaded tokio runtime (the script pins it to one core, the server to the other).
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use pdp_flagsync::proto::SyncFlagsRequest;
 use pdp_flagsync::proto::flag_sync_service_client::FlagSyncServiceClient;
-use pdp_injector_bench::proc::{cpu_ticks, open_files_limit, status_kib};
+use pdp_testkit::proc::{cpu_ticks, open_files_limit, status_kib};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
@@ -163,8 +163,10 @@ impl Drop for Server {
 }
 
 fn free_port() -> Result<SocketAddr, Fail> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
-    l.local_addr().map_err(|e| e.to_string())
+    Ok(SocketAddr::from((
+        [127, 0, 0, 1],
+        pdp_testkit::net::free_port(),
+    )))
 }
 
 fn start_server(args: &Args, per: u32) -> Result<Server, Fail> {

@@ -107,41 +107,34 @@ async fn read_set(path: &Path, len: u64) -> Result<FlagSet, String> {
 mod tests {
     use super::*;
 
-    struct Scratch(PathBuf);
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
     const GOOD: &str =
         r#"{"flags":{"f":{"state":"ENABLED","variants":{"on":true},"defaultVariant":"on"}}}"#;
 
     #[tokio::test]
     async fn files_become_sets_and_a_broken_file_keeps_its_last_good_version() {
-        let dir =
-            Scratch(std::env::temp_dir().join(format!("flagsync-dir-{}", std::process::id())));
-        std::fs::create_dir_all(dir.0.join("team-a")).unwrap();
-        std::fs::write(dir.0.join("team-a/app.flagd.json"), GOOD).unwrap();
-        std::fs::write(dir.0.join("team-a/notes.txt"), "not a flag file").unwrap();
+        let scratch = pdp_testkit::dir::TempDir::new("flagsync-dir");
+        let dir = scratch.path();
+        std::fs::create_dir_all(dir.join("team-a")).unwrap();
+        std::fs::write(dir.join("team-a/app.flagd.json"), GOOD).unwrap();
+        std::fs::write(dir.join("team-a/notes.txt"), "not a flag file").unwrap();
         let metrics = Metrics::default();
         let mut seen = HashMap::new();
-        let sets = scan(&dir.0, &mut seen, &metrics).await;
+        let sets = scan(dir, &mut seen, &metrics).await;
         let names: Vec<String> = sets.keys().map(|i| i.to_string()).collect();
         assert_eq!(names, ["file/team-a/app"]);
 
         std::fs::write(
-            dir.0.join("team-a/app.flagd.json"),
+            dir.join("team-a/app.flagd.json"),
             "{ broken, and of another length",
         )
         .unwrap();
-        let sets = scan(&dir.0, &mut seen, &metrics).await;
+        let sets = scan(dir, &mut seen, &metrics).await;
         assert_eq!(sets.len(), 1, "the last good version stays");
         assert_eq!(metrics.rejected_sets.get(), 1);
 
-        std::fs::remove_file(dir.0.join("team-a/app.flagd.json")).unwrap();
+        std::fs::remove_file(dir.join("team-a/app.flagd.json")).unwrap();
         assert!(
-            scan(&dir.0, &mut seen, &metrics).await.is_empty(),
+            scan(dir, &mut seen, &metrics).await.is_empty(),
             "a removed file is a removed set"
         );
     }

@@ -1,4 +1,4 @@
-// Shared by the test binaries: what a test does when this machine lacks what it needs.
+//! What a test does when this machine lacks what it needs, and the refresh switch of expected files.
 
 /// Says why a test cannot run here. Under `CI=true` that is a failure, never a pass: `.ci/run` installs or
 /// fetches what every test needs first, so a missing tool there is a broken gate. Elsewhere the test says so on
@@ -11,12 +11,11 @@ pub fn cannot_run(why: &str) {
 }
 
 /// The refresh switch of every expected file (tests/golden, docs/examples, the docs' embedded blocks):
-/// `UPDATE_GOLDEN=1`. On only for the value `1`, and refused under `CI=true`, where a refresh would turn every
-/// mismatch into a pass. `UPDATE_DOCS`, its old name for the docs, is refused with the new one's name.
+/// `UPDATE_GOLDEN=1`, refused under `CI=true`, where a refresh would turn every mismatch into a pass.
 pub fn refreshing() -> bool {
     if let Ok(v) = std::env::var("UPDATE_DOCS") {
         panic!(
-            "UPDATE_DOCS={v:?}: the one refresh switch is UPDATE_GOLDEN=1 now (goldens and docs alike)"
+            "UPDATE_DOCS={v:?}: the one refresh switch is UPDATE_GOLDEN=1 (goldens and docs alike)"
         );
     }
     match std::env::var("UPDATE_GOLDEN") {

@@ -1,4 +1,4 @@
-//! What the benchmark tools read of processes and of the machine in /proc.
+//! What tests and the benchmark tools read of processes and of the machine in /proc.
 
 /// utime+stime of a process, in clock ticks.
 pub fn cpu_ticks(pid: u32) -> Result<u64, String> {
@@ -44,4 +44,12 @@ pub fn open_files_limit() -> Option<u64> {
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
     line.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// Open file descriptors of a process; unreadable (no /proc, the process gone) is an error, never 0.
+pub fn open_fds(pid: u32) -> Result<usize, String> {
+    let dir = format!("/proc/{pid}/fd");
+    Ok(std::fs::read_dir(&dir)
+        .map_err(|e| format!("{dir} unreadable: {e}"))?
+        .count())
 }
