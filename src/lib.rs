@@ -15,13 +15,11 @@
 //! - [`heal`]: the opt-in reconciler (`heal`) that replaces Pods not wired as the webhook would wire them;
 //! - [`cli`]: the command line, each subcommand wiring the layers above (`main.rs` only calls it).
 
-pub use pdp_core::{admission, config, core, duration, names, offline, size};
+pub use pdp_core::{admission, config, core, duration, h2frame, names, offline, size};
 
 pub mod check;
 pub mod cli;
 pub mod cluster;
-pub mod csi;
-pub mod h2frame;
 pub mod heal;
 pub mod node;
 pub mod tls;

@@ -9,12 +9,12 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use pdp_injector::csi::registration::{
+use pdp_csi::registration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
 };
-use pdp_injector::csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
-use pdp_injector::csi::v1::*;
-use pdp_injector::csi::{self, CsiNodeFlags};
+use pdp_csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
+use pdp_csi::v1::*;
+use pdp_csi::{self as csi, CsiNodeFlags};
 use prost::Message;
 use tokio::net::UnixStream;
 

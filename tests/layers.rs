@@ -20,6 +20,8 @@ const CORE_LAYERS: &[(&str, &[&str])] = &[
     ("pki", &[]),
     ("route", &[]),
     ("peer", &[]),
+    // HTTP/2 frame headers, for the node front and the CSI plugin.
+    ("h2frame", &[]),
     ("config", &["names"]),
     ("core", &["names", "config", "json", "flag_sets"]),
     ("admission", &["names", "config", "core", "json"]),
@@ -31,20 +33,16 @@ const CORE_LAYERS: &[(&str, &[&str])] = &[
 /// re-exports under the same names, are allowed everywhere: they are below every layer here).
 const BINARY_LAYERS: &[(&str, &[&str])] = &[
     ("tls", &[]),
-    // HTTP/2 frame headers, for the node front and the CSI plugin.
-    ("h2frame", &[]),
     ("cluster", &["tls"]),
     ("webhook", &["tls", "cluster"]),
     ("check", &["tls", "cluster"]),
-    ("node", &["tls", "h2frame"]),
-    // The CSI node plugin: its own gRPC servers, mounts and gate; nothing of the webhook's.
-    ("csi", &["h2frame"]),
+    ("node", &["tls"]),
     // The opt-in reconciler: check's judging (the core's), its own lists and evictions.
     ("heal", &["check"]),
     // The command line wires every layer (main.rs only calls it).
     (
         "cli",
-        &["tls", "cluster", "webhook", "check", "node", "csi", "heal"],
+        &["tls", "cluster", "webhook", "check", "node", "heal"],
     ),
 ];
 
@@ -52,6 +50,7 @@ const BINARY_LAYERS: &[(&str, &[&str])] = &[
 const CORE_REEXPORTS: &[&str] = &[
     "names",
     "duration",
+    "h2frame",
     "size",
     "config",
     "core",

@@ -3,7 +3,7 @@
 use clap::Args;
 
 use super::{LogArgs, init_logging, runtime, shutdown_signal};
-use crate::csi::CsiNodeFlags;
+use pdp_csi::CsiNodeFlags;
 
 #[derive(Args)]
 pub(crate) struct CsiNodeArgs {
@@ -15,5 +15,5 @@ pub(crate) struct CsiNodeArgs {
 
 pub(crate) fn run(args: CsiNodeArgs) -> anyhow::Result<()> {
     init_logging(args.log.log_format);
-    runtime()?.block_on(crate::csi::run(args.flags, shutdown_signal()))
+    runtime()?.block_on(pdp_csi::run(args.flags, shutdown_signal()))
 }

@@ -31,6 +31,7 @@ fn sources() -> BTreeMap<String, String> {
     for d in [
         "src",
         "crates/pdp-core/src",
+        "crates/pdp-csi/src",
         "crates/pdp-flagsync/src",
         "scripts",
         "tests",

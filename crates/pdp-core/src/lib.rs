@@ -11,7 +11,8 @@
 //! - [`offline`]: the `inject` command's transformation of a YAML stream;
 //! - [`check`]: `check`'s judging of what the binary read from the cluster;
 //! - [`route`]: the node-local front's choice of a PDP instance;
-//! - [`peer`]: the Pod of a socket caller, from its process's cgroup.
+//! - [`peer`]: the Pod of a socket caller, from its process's cgroup;
+//! - [`h2frame`]: HTTP/2 frame headers, read by the node front and the CSI plugin.
 
 pub mod admission;
 pub mod check;
@@ -19,6 +20,7 @@ pub mod config;
 pub mod core;
 pub mod duration;
 pub mod flag_sets;
+pub mod h2frame;
 pub mod json;
 pub mod names;
 pub mod offline;

@@ -45,8 +45,8 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::duration::duration_flag;
 use node::{Plugin, Profile, Settings};
+use pdp_core::duration::duration_flag;
 
 /// The driver name (shared/SPEC.md; the CSIDriver object and the injector's volumes use it).
 pub const DRIVER: &str = "csi.pdp-injector.io";

@@ -24,7 +24,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::h2frame::{
+use pdp_core::h2frame::{
     CONTINUATION, END_HEADERS, END_STREAM, HEADER_LEN, HEADERS, Header, PADDED, PREFACE, PRIORITY,
 };
 

@@ -25,7 +25,7 @@ use super::registration::{
 };
 use super::v1::identity_server::{Identity, IdentityServer};
 use super::v1::node_server::{Node, NodeServer};
-use crate::csi::v1::{
+use crate::v1::{
     GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
     GetPluginInfoResponse, NodeGetCapabilitiesRequest, NodeGetCapabilitiesResponse,
     NodeGetInfoRequest, NodeGetInfoResponse, NodePublishVolumeRequest, NodePublishVolumeResponse,

@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tonic::Code;
 
 use super::*;
-use crate::csi::v1::VolumeCapability;
-use crate::csi::v1::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
+use crate::v1::VolumeCapability;
+use crate::v1::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
 
 /// Records mounts in memory: the request handling without root.
 #[derive(Default)]

@@ -9,12 +9,12 @@ use tonic::Status;
 use tracing::{info, warn};
 
 use super::{Plugin, SINGLE_NODE_MODES};
-use crate::csi::gate;
-use crate::csi::mount::{self, WalkError};
-use crate::csi::published::{Published, Refused};
-use crate::csi::target::{self, BadTarget, MOUNT_DIR, Target};
-use crate::csi::v1::volume_capability::AccessType;
-use crate::csi::v1::{
+use crate::gate;
+use crate::mount::{self, WalkError};
+use crate::published::{Published, Refused};
+use crate::target::{self, BadTarget, MOUNT_DIR, Target};
+use crate::v1::volume_capability::AccessType;
+use crate::v1::{
     NodePublishVolumeRequest, NodePublishVolumeResponse, NodeUnpublishVolumeRequest,
     NodeUnpublishVolumeResponse,
 };
