@@ -21,6 +21,4 @@ pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod heal;
-pub mod node;
-pub mod tls;
 pub mod webhook;

@@ -1826,9 +1826,9 @@ impl pdp_injector::cluster::NamespaceSource for CountingApiserver {
 async fn random_namespaces_cost_at_most_the_fetch_rate() {
     use pdp_injector::webhook::server::{self, OPTED_IN_PATH, ServeOptions, TlsSource};
     let _serial = serial().await;
-    pdp_injector::tls::install_default_provider();
-    let bundle = pdp_injector::tls::certs::generate(&["localhost".into()], 2, 1).unwrap();
-    let material = pdp_injector::tls::TlsMaterial {
+    pdp_tls::install_default_provider();
+    let bundle = pdp_tls::certs::generate(&["localhost".into()], 2, 1).unwrap();
+    let material = pdp_tls::TlsMaterial {
         cert_pem: bundle.cert_pem.clone().into_bytes(),
         key_pem: bundle.key_pem.clone().into_bytes(),
         client_ca_pem: None,

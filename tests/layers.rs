@@ -32,18 +32,13 @@ const CORE_LAYERS: &[(&str, &[&str])] = &[
 /// Each layer of the binary crate and the layers of that crate it may use (the core crate's modules, which it
 /// re-exports under the same names, are allowed everywhere: they are below every layer here).
 const BINARY_LAYERS: &[(&str, &[&str])] = &[
-    ("tls", &[]),
-    ("cluster", &["tls"]),
-    ("webhook", &["tls", "cluster"]),
-    ("check", &["tls", "cluster"]),
-    ("node", &["tls"]),
+    ("cluster", &[]),
+    ("webhook", &["cluster"]),
+    ("check", &["cluster"]),
     // The opt-in reconciler: check's judging (the core's), its own lists and evictions.
     ("heal", &["check"]),
     // The command line wires every layer (main.rs only calls it).
-    (
-        "cli",
-        &["tls", "cluster", "webhook", "check", "node", "heal"],
-    ),
+    ("cli", &["cluster", "webhook", "check", "heal"]),
 ];
 
 /// The core crate's modules, as the binary re-exports them (`crate::core`, `crate::config`, ...).

@@ -912,7 +912,7 @@ fn node_local_flagd_profiles_match_the_flagd_front_and_daemonset() {
         flag("--socket-backend="),
     )];
     for group in args.iter().filter_map(|a| a.strip_prefix("--group=")) {
-        let g = pdp_injector::node::groups::group_flag(group).unwrap();
+        let g = pdp_node::groups::group_flag(group).unwrap();
         assert!(g.listen.is_empty(), "{group}");
         pairs.push((
             g.port.unwrap(),
@@ -1145,8 +1145,8 @@ fn every_overlay_grants_only_the_pinned_rbac() {
 /// own request (its idle size). Raising one without the others is an OOM kill waiting for a busy node.
 #[test]
 fn the_pdp_daemonsets_limit_holds_every_connection_the_front_may_serve() {
-    use pdp_injector::node::slots::FrontBounds;
     use pdp_injector::size::parse_size;
+    use pdp_node::slots::FrontBounds;
     let container = |path: &str, name: &str| {
         docs(path)
             .into_iter()
@@ -1176,7 +1176,7 @@ fn the_pdp_daemonsets_limit_holds_every_connection_the_front_may_serve() {
     let budget = args
         .iter()
         .find_map(|a| a.strip_prefix("--memory-budget="))
-        .map_or(pdp_injector::node::slots::DEFAULT_MEMORY_BUDGET, |b| {
+        .map_or(pdp_node::slots::DEFAULT_MEMORY_BUDGET, |b| {
             parse_size(b).unwrap()
         });
     assert!(

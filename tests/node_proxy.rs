@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use pdp_injector::node::proxy::{self, NodeProxyFlags};
+use pdp_node::proxy::{self, NodeProxyFlags};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::task::JoinHandle;
@@ -1499,7 +1499,7 @@ fn the_subcommand_runs_and_stops_on_sigterm() {
 
 mod tls_support {
     use super::*;
-    use pdp_injector::tls::certs::{self, Bundle};
+    use pdp_tls::certs::{self, Bundle};
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, ServerName};
     use tokio_rustls::TlsConnector;
@@ -1770,7 +1770,7 @@ async fn with_a_client_ca_every_tcp_client_needs_a_certificate_from_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_client_ids_a_certificate_of_the_ca_must_also_name_an_allowed_identity() {
-    use pdp_injector::tls::identity::SpiffeIdPattern;
+    use pdp_tls::identity::SpiffeIdPattern;
     use tls_support::*;
     let dir = TempDir::new("client-ids");
     let (server, clients) = (bundle("pdp.node.local"), bundle("clients"));
@@ -1870,7 +1870,7 @@ async fn the_certificate_rotates_without_a_restart_and_a_bad_file_keeps_the_last
 
     // A broken certificate file: logged and counted, the second certificate stays in use.
     let failed = front.stats().tls_reload_failed;
-    pdp_injector::tls::certs::write_file(&cert_path(&dir), b"half a certificate", false).unwrap();
+    pdp_tls::certs::write_file(&cert_path(&dir), b"half a certificate", false).unwrap();
     until(&front, |s| s.tls_reload_failed > failed).await;
     assert_eq!(
         served_certificate(&front, &client).await,

@@ -124,7 +124,7 @@ async fn handle(
 }
 
 fn fake() -> (kube::Client, Arc<Mutex<World>>) {
-    pdp_injector::tls::install_default_provider();
+    pdp_tls::install_default_provider();
     let world = Arc::new(Mutex::new(World::default()));
     let w = world.clone();
     let service = tower::service_fn(move |req| handle(w.clone(), req));
@@ -163,7 +163,7 @@ async fn creates_the_secret_when_absent_and_patches_the_ca_bundle() {
     assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
     let data = secret.data.unwrap();
     assert_eq!(data["tls.crt"].0, material.cert_pem);
-    assert!(pdp_injector::tls::build(&material).is_ok());
+    assert!(pdp_tls::build(&material).is_ok());
 
     let mwc: MutatingWebhookConfiguration =
         serde_json::from_value(world.lock().unwrap().objects[MWC].clone()).unwrap();
@@ -292,8 +292,8 @@ fn assessment_of_broken_secrets() {
     let s = settings();
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
     assert_eq!(assess(&Secret::default(), &s, now), Assessment::Regenerate);
-    let bundle = pdp_injector::tls::certs::generate(
-        &pdp_injector::tls::certs::service_sans("pdp-injector", "pdp-system"),
+    let bundle = pdp_tls::certs::generate(
+        &pdp_tls::certs::service_sans("pdp-injector", "pdp-system"),
         3650,
         90,
     )
@@ -314,7 +314,7 @@ fn assessment_of_broken_secrets() {
         Assessment::RenewWithCa(..)
     ));
     // a certificate for another Service: renew
-    let other = pdp_injector::tls::certs::generate(&["elsewhere.svc".into()], 1, 90).unwrap();
+    let other = pdp_tls::certs::generate(&["elsewhere.svc".into()], 1, 90).unwrap();
     assert!(matches!(
         assess(&secret(&other.cert_pem, &other.key_pem), &s, now),
         Assessment::RenewWithCa(..)
@@ -460,8 +460,8 @@ async fn ca_bundle_is_written_exactly_from_the_secret() {
         ours,
         selfcerts::bundle_from_secret(&stored_secret(&world), now)
     );
-    let sans = pdp_injector::tls::certs::service_sans("pdp-injector", "pdp-system");
-    let foreign = pdp_injector::tls::certs::generate(&sans, 30, 10).unwrap();
+    let sans = pdp_tls::certs::service_sans("pdp-injector", "pdp-system");
+    let foreign = pdp_tls::certs::generate(&sans, 30, 10).unwrap();
     for injected in [
         format!("{ours}{}", foreign.ca_cert_pem),
         foreign.ca_cert_pem.clone(),
@@ -536,13 +536,11 @@ async fn retired_cas_are_dropped_in_time_and_stay_dropped() {
 #[test]
 fn ca_union_dedups_orders_and_drops_expired() {
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    let sans = pdp_injector::tls::certs::service_sans("pdp-injector", "pdp-system");
-    let a = pdp_injector::tls::certs::generate(&sans, 3650, 90)
+    let sans = pdp_tls::certs::service_sans("pdp-injector", "pdp-system");
+    let a = pdp_tls::certs::generate(&sans, 3650, 90)
         .unwrap()
         .ca_cert_pem;
-    let b = pdp_injector::tls::certs::generate(&sans, 10, 5)
-        .unwrap()
-        .ca_cert_pem;
+    let b = pdp_tls::certs::generate(&sans, 10, 5).unwrap().ca_cert_pem;
     let joined = format!("{a}{b}");
     let union = selfcerts::ca_union(
         [b.as_str(), joined.as_str(), "junk"],

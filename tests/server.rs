@@ -12,9 +12,9 @@ use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use pdp_injector::cluster::{NamespaceSource, NoCluster, Static};
 use pdp_injector::core::NamespaceInfo;
-use pdp_injector::tls::certs;
-use pdp_injector::tls::{TlsFiles, TlsMaterial};
 use pdp_injector::webhook::server::{self, Running, ServeOptions, TlsSource};
+use pdp_tls::certs;
+use pdp_tls::{TlsFiles, TlsMaterial};
 use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -53,7 +53,7 @@ fn local() -> std::net::SocketAddr {
 }
 
 async fn start_with(options: ServeOptions, ns: Arc<dyn NamespaceSource>) -> Running {
-    pdp_injector::tls::install_default_provider();
+    pdp_tls::install_default_provider();
     server::start(options, ns).await.expect("server starts")
 }
 

@@ -20,7 +20,6 @@ use serde::de::DeserializeOwned;
 
 use crate::config::Config;
 use crate::names::CSI_DRIVER;
-use crate::tls;
 use pdp_core::check::analyse::{
     ClusterView, ConfigSource, FRONT_COMPONENT_LABEL, FlagSyncView, Judge, LiveProbe, Names,
     PDP_COMPONENT_LABEL, Read, RelayGeneration, endpoint,
@@ -28,6 +27,7 @@ use pdp_core::check::analyse::{
 use pdp_core::check::certs;
 use pdp_core::check::workloads::Owners;
 use pdp_core::config::supports_native_sidecars;
+use pdp_tls as tls;
 
 /// What to read.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::tls::certs;
+use pdp_tls::certs;
 
 #[derive(Args)]
 pub(crate) struct CertsArgs {

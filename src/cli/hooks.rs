@@ -18,9 +18,9 @@ use rustls_pki_types::ServerName;
 
 use super::runtime;
 use crate::names::DEFAULT_NAME;
-use crate::tls;
 use pdp_core::check::analyse::endpoint;
 use pdp_core::check::certs;
+use pdp_tls as tls;
 
 #[derive(Args)]
 pub(crate) struct WaitReadyArgs {

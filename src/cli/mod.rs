@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::tls;
+use pdp_tls as tls;
 
 #[derive(Parser)]
 #[command(
@@ -111,7 +111,7 @@ pub(crate) struct OldNamespaceFlag {
 
 impl OldNamespaceFlag {
     /// Applies the old spelling where it was given.
-    pub(crate) fn apply(self, webhook: &mut crate::tls::certs::ServiceName) {
+    pub(crate) fn apply(self, webhook: &mut pdp_tls::certs::ServiceName) {
         if let Some(ns) = self.old_namespace {
             webhook.namespace = ns;
         }

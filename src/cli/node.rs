@@ -3,8 +3,8 @@
 use clap::Args;
 
 use super::{LogArgs, init_logging, runtime, shutdown_signal};
-use crate::node::groups as node_groups;
-use crate::node::proxy::NodeProxyFlags;
+use pdp_node::groups as node_groups;
+use pdp_node::proxy::NodeProxyFlags;
 
 #[derive(Args)]
 pub(crate) struct NodeProxyArgs {

@@ -9,9 +9,9 @@ use clap::{Args, ValueEnum};
 
 use super::{LogArgs, init_logging, runtime, shutdown_signal};
 use crate::cluster::{self, NamespaceSource, NoCluster, selfcerts};
-use crate::tls::certs;
-use crate::tls::{TlsFiles, TlsMaterial};
 use crate::webhook::server::{self, ServeFlags, ServeOptions, TlsSource};
+use pdp_tls::certs;
+use pdp_tls::{TlsFiles, TlsMaterial};
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum ClusterMode {

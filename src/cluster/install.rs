@@ -2,7 +2,7 @@
 //! command that names them (`serve`, `check`; `certs` takes the Service part).
 
 use crate::names::{DEFAULT_NAME, DEFAULT_SECRET};
-use crate::tls::certs::ServiceName;
+use pdp_tls::certs::ServiceName;
 
 /// The webhook's namespace and Service, its certificate's Secret and its MutatingWebhookConfiguration.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]

@@ -20,10 +20,10 @@ use tracing::{error, info, warn};
 use crate::cluster::namespaces::NamespaceSource;
 use crate::config::{ClusterFit, Config, ConfigError};
 use crate::duration::duration_flag;
-use crate::tls::{self, TlsError, TlsFiles, TlsMaterial};
 use crate::webhook::limits::{self, ConnectionLimit, MemoryBounds};
 use crate::webhook::metrics::Metrics;
 use crate::webhook::review;
+use pdp_tls::{self as tls, TlsError, TlsFiles, TlsMaterial};
 
 pub use crate::webhook::review::{Entry, OPTED_IN_PATH};
 

@@ -154,7 +154,7 @@ impl ServerProcess {
         extra: &[&str],
         wrap: impl Fn(Command) -> Command,
     ) -> ServerProcess {
-        pdp_injector::tls::install_default_provider();
+        pdp_tls::install_default_provider();
         let dir = std::env::temp_dir().join(format!("pdp-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();

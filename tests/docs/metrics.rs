@@ -135,7 +135,7 @@ fn metrics_named_in_the_docs_exist() {
     let job = &scrape["scrape_configs"][0];
     assert_eq!(job["metrics_path"], "/metrics");
     assert_eq!(job["scheme"], "https");
-    let sans = pdp_injector::tls::certs::service_sans("pdp-injector", "pdp-system");
+    let sans = pdp_tls::certs::service_sans("pdp-injector", "pdp-system");
     assert!(
         sans.iter()
             .any(|s| job["tls_config"]["server_name"] == s.as_str())

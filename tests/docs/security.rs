@@ -32,6 +32,8 @@ fn sources() -> BTreeMap<String, String> {
         "src",
         "crates/pdp-core/src",
         "crates/pdp-csi/src",
+        "crates/pdp-node/src",
+        "crates/pdp-tls/src",
         "crates/pdp-flagsync/src",
         "scripts",
         "tests",

@@ -156,7 +156,7 @@ fn start_front(dir: &Path, socket: &Path, instances: &Path, extra: &[String]) ->
 /// A CA, the front's certificate for `server_name`, and a client certificate, as files: the front's
 /// (tls.crt, tls.key, ca.crt) in `front`, the app's Secret (ca.crt, tls.crt, tls.key) in `app`.
 fn write_pki(server_name: &str, front: &Path, app: &Path) {
-    use pdp_injector::tls::certs;
+    use pdp_tls::certs;
     use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, Issuer, KeyPair};
     let bundle = certs::generate(&[server_name.to_string()], 2, 1).unwrap();
     let issuer = Issuer::from_ca_cert_pem(

@@ -9,7 +9,7 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use sha2::Digest;
 
-use crate::tls::{self, TlsMaterial};
+use pdp_tls::{self as tls, TlsMaterial};
 
 use super::{Assessment, Settings};
 

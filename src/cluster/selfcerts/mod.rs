@@ -33,8 +33,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::cluster::InstallNames;
-use crate::tls::TlsMaterial;
-use crate::tls::certs::{self, Bundle};
+use pdp_tls::TlsMaterial;
+use pdp_tls::certs::{self, Bundle};
 
 pub use bundle::{bundle_from_secret, current_ca_bundle, ensure_ca_bundle};
 use cas::field;

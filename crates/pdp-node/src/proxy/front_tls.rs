@@ -17,12 +17,12 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
-use crate::node::proxy::forward::serve;
-use crate::node::proxy::stats::Shared;
-use crate::node::proxy::{HTTP_ROUTE, Phase, Route};
-use crate::node::slots::Slot;
-use crate::tls::identity::IdentityRefused;
-use crate::tls::{Reload, Reloader, TlsFiles};
+use crate::proxy::forward::serve;
+use crate::proxy::stats::Shared;
+use crate::proxy::{HTTP_ROUTE, Phase, Route};
+use crate::slots::Slot;
+use pdp_tls::identity::IdentityRefused;
+use pdp_tls::{Reload, Reloader, TlsFiles};
 
 /// The TLS side of a TCP route: the configuration in use, swapped by the reload task.
 pub(super) struct FrontTls {

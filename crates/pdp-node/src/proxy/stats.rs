@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::instances::Refusal;
-use crate::node::proxy::{Phase, Route};
+use crate::proxy::{Phase, Route};
 
 /// Counters of one instance, by its name.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -287,7 +287,7 @@ impl Reloader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tls::certs::generate;
+    use crate::certs::generate;
 
     fn material() -> TlsMaterial {
         let b = generate(&["localhost".into()], 2, 1).unwrap();

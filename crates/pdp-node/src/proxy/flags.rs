@@ -5,10 +5,10 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::duration::duration_flag;
-use crate::node::route;
-use crate::tls::identity::SpiffeIdPattern;
-use crate::tls::{TlsError, TlsFiles};
+use pdp_core::duration::duration_flag;
+use pdp_core::route;
+use pdp_tls::identity::SpiffeIdPattern;
+use pdp_tls::{TlsError, TlsFiles};
 
 /// The flags of `node-proxy`, with their defaults and environment variables (the binary flattens this).
 #[derive(Debug, Clone, clap::Args)]
@@ -81,7 +81,7 @@ pub struct NodeProxyFlags {
     /// The memory the front may use, a Kubernetes quantity from which its connection bounds derive (about 75% of
     /// the container's limit; docs/deployment-models.md, "Bounds").
     #[arg(long, env = "PDP_NODE_PROXY_MEMORY_BUDGET", default_value = "48Mi",
-          value_parser = crate::size::parse_size)]
+          value_parser = pdp_core::size::parse_size)]
     pub memory_budget: u64,
     // At the bound, a new connection takes the place of the one quiet the longest, or is closed at accept when
     // every one is busy.

@@ -9,9 +9,9 @@ use std::time::Duration;
 use tokio::net::UnixStream;
 use tracing::{debug, info, warn};
 
-use crate::node::proxy::Route;
-use crate::node::proxy::stats::Shared;
-use crate::node::route::{self, Candidate};
+use crate::proxy::Route;
+use crate::proxy::stats::Shared;
+use pdp_core::route::{self, Candidate};
 
 /// Keeps `route.newest` current: every `every`, the newest instance socket that accepts a connection. Probes
 /// only a candidate newer than the current one, so a steady node costs one directory read per tick and no

@@ -18,8 +18,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use crate::node::proxy::{self, NodeProxyError, NodeProxyFlags, Running};
-use crate::node::route;
+use crate::proxy::{self, NodeProxyError, NodeProxyFlags, Running};
+use pdp_core::route;
 
 /// One more listener pair, as a `--group` mapping gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,7 +159,7 @@ pub async fn start_all(all: Vec<NodeProxyFlags>) -> Result<Vec<Running>, NodePro
     let mut running = Vec::with_capacity(all.len());
     let groups = all.len().max(1) as u64;
     for mut flags in all {
-        let base = crate::node::slots::BASE;
+        let base = crate::slots::BASE;
         flags.memory_budget = base + flags.memory_budget.saturating_sub(base) / groups;
         match proxy::start(flags).await {
             Ok(r) => running.push(r),

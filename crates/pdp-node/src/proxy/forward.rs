@@ -12,10 +12,10 @@ use tokio_util::either::Either;
 use tracing::{debug, info, warn};
 
 use super::graceful::{self, Frames, Wire};
-use crate::node::proxy::instances::connect_newest;
-use crate::node::proxy::stats::Shared;
-use crate::node::proxy::{Phase, Route};
-use crate::node::slots::{Activity, COPY_BUFFER, Slot};
+use crate::proxy::instances::connect_newest;
+use crate::proxy::stats::Shared;
+use crate::proxy::{Phase, Route};
+use crate::slots::{Activity, COPY_BUFFER, Slot};
 
 /// One client connection: find an instance (waiting if none is ready), then copy bytes both ways until
 /// either side closes, or the drain ends.
@@ -520,7 +520,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Tracked<'_, R> {
 /// How long a connection must have been quiet after an answer before it is moved: the pause between two
 /// exchanges. Closing then is what an HTTP/1.1 server does with an idle keep-alive connection, which clients
 /// expect; closing in the middle of an exchange would fail it.
-pub(super) const MOVE_QUIET: Duration = crate::node::slots::QUIET;
+pub(super) const MOVE_QUIET: Duration = crate::slots::QUIET;
 
 /// Resolves when a newer instance than this connection's accepts connections: the connection is then to go
 /// (see [`leave`]), so that its client reconnects to the newest.

@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
-use crate::names::{DEFAULT_NAME, DEFAULT_NAMESPACE};
+use pdp_core::names::{DEFAULT_NAME, DEFAULT_NAMESPACE};
 
 pub use pdp_core::pki::{Bundle, GenerateError, generate, generate_with_issuer, service_sans};
 
 /// The webhook's Service, whose DNS names the serving certificate carries: flags of `serve`, `certs` and `check`
-/// (inside [`InstallNames`](crate::cluster::InstallNames) for the first and the last).
+/// (inside the binary's `cluster::InstallNames` for the first and the last).
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct ServiceName {
     /// Service name the apiserver dials (the certificate's SANs).

@@ -20,7 +20,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use crate::h2frame::{
+use pdp_core::h2frame::{
     CONTINUATION, END_HEADERS, GOAWAY, HEADER_LEN, HEADERS, Header, PREFACE, PUSH_PROMISE,
 };
 

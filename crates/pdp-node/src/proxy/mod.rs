@@ -31,13 +31,13 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::node::proxy::flags::check;
-use crate::node::proxy::front_tls::{FrontTls, reload_tls};
-use crate::node::proxy::instances::track_newest;
-use crate::node::proxy::listen::{Listener, OwnedSocket, accept_loop, bind_stable, bind_tcp};
-use crate::node::proxy::stats::{Shared, log_stats};
-use crate::node::slots::{FrontBounds, Slots};
-use crate::tls::{self, Reloader};
+use crate::proxy::flags::check;
+use crate::proxy::front_tls::{FrontTls, reload_tls};
+use crate::proxy::instances::track_newest;
+use crate::proxy::listen::{Listener, OwnedSocket, accept_loop, bind_stable, bind_tcp};
+use crate::proxy::stats::{Shared, log_stats};
+use crate::slots::{FrontBounds, Slots};
+use pdp_tls::{self as tls, Reloader};
 
 pub use flags::{DEFAULT_PORT, NodeProxyError, NodeProxyFlags};
 pub use stats::{InstanceCounts, Stats};

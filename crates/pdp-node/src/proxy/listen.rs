@@ -11,11 +11,11 @@ use pdp_core::peer::pod_uid_of_cgroup;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tracing::{debug, info, warn};
 
-use crate::node::proxy::forward::serve;
-use crate::node::proxy::front_tls::serve_tls;
-use crate::node::proxy::stats::Shared;
-use crate::node::proxy::{NodeProxyError, Phase, Route};
-use crate::node::slots::{Client, Refused};
+use crate::proxy::forward::serve;
+use crate::proxy::front_tls::serve_tls;
+use crate::proxy::stats::Shared;
+use crate::proxy::{NodeProxyError, Phase, Route};
+use crate::slots::{Client, Refused};
 
 /// The stable socket as this process created it: removed on exit only if the path still is this socket.
 pub(super) struct OwnedSocket {

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, watch};
 
-use crate::size::{KIB, MIB};
+use pdp_core::size::{KIB, MIB};
 
 /// Resident size of an idle front (runtime, listeners, TLS configuration), measured (tests/hostile.rs prints it).
 pub const BASE: u64 = 8 * MIB;
