@@ -7,10 +7,10 @@ with the MutatingWebhookConfiguration of manifests/base (clientConfig turned int
 runs the cases through kubectl and checks the stored objects. Every process it starts is stopped by its PID on
 exit, also on failure, timeout or signal.
 
-Output: one `PASS name` or `FAIL name: why` line per case, then `N passed, M failed`. Exit status 1 if any failed,
-if a case filter matches no case, or if no case ran.
+The cases are pytest tests (test_e2e.py, conftest.py: the options and the session's harness); run.sh runs
+`pytest -v`: one line per case with its outcome, the reason of each failure, exit status 1 if any failed, if a
+case word matches no case, or if no case ran.
 """
-import argparse
 import base64
 import copy
 import json
@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import types
 import urllib.error
 import urllib.request
@@ -1415,102 +1414,3 @@ def _(h):
     check(status_of(h.get("pod", "app", ns)), "not injected after recovery (namespace labelled enabled)")
     plain = h.namespace("recovered-plain")
     create_and_compare(h, pod("app", plain, annotations={INJECT: "daemonset"}))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pdp-injector", required=True, help="the pdp-injector binary")
-    ap.add_argument("--kubectl", default="kubectl")
-    ap.add_argument("--kubeconfig", help="target this existing cluster (no local etcd/kube-apiserver)")
-    ap.add_argument("--kube-apiserver", help="kube-apiserver binary (local mode)")
-    ap.add_argument("--etcd", default="etcd")
-    ap.add_argument("--webhook-host", default="127.0.0.1",
-                    help="address the webhooks listen on and the API server calls (default 127.0.0.1)")
-    ap.add_argument("--webhook-port", type=int, default=0)
-    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, certs, kubeconfig)")
-    ap.add_argument("--ns-settle", type=float, default=float(os.environ.get("E2E_NS_SETTLE", "0")),
-                    help="seconds to wait after creating each namespace")
-    ap.add_argument("--timeout", type=int, default=int(os.environ.get("E2E_TIMEOUT", "900")),
-                    help="overall deadline in seconds")
-    ap.add_argument("cases", nargs="*", help="only cases whose name contains one of these")
-    args = ap.parse_args()
-    if not args.kubeconfig and not args.kube_apiserver:
-        ap.error("--kube-apiserver is required without --kubeconfig")
-
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    def on_alarm(_signum, _frame):
-        raise Timeout(f"overall deadline of {args.timeout}s exceeded")
-
-    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(s, on_signal)
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(args.timeout)
-
-    try:
-        selected = tier.select(CASES, args.cases)
-    except Fail as e:
-        print(f"FAIL selection: {e}", flush=True)
-        print("0 passed, 1 failed", flush=True)
-        return 1
-
-    h = Harness(args)
-    passed, failed = [], []
-    t0 = time.monotonic()
-    setup_error = None
-    try:
-        try:
-            h.setup()
-            log(f"setup done in {time.monotonic() - t0:.1f}s")
-        except (Exception, Timeout) as e:  # noqa: BLE001
-            setup_error = e
-            for name in h.procs:
-                tail = h.log_tail(name, 25)
-                if tail:
-                    log(f"--- last lines of {name}.log ---\n{tail}")
-        if setup_error is None:
-            for name, fn, needs in selected:
-                t = time.monotonic()
-                try:
-                    fn(h)
-                    passed.append(name)
-                    print(f"PASS {name}", flush=True)
-                except Fail as e:
-                    failed.append(name)
-                    hint = f" [needs: {needs}]" if needs else ""
-                    print(f"FAIL {name}: {one_line(e, 600)}{hint}", flush=True)
-                except (Exception, Timeout) as e:  # noqa: BLE001
-                    failed.append(name)
-                    print(f"FAIL {name}: {type(e).__name__}: {one_line(e, 600)}", flush=True)
-                    if isinstance(e, Timeout):
-                        break
-                    traceback.print_exc(file=sys.stderr)
-                log(f"{name}: {time.monotonic() - t:.1f}s")
-    except KeyboardInterrupt as e:
-        print(f"FAIL interrupted: {e}", flush=True)
-        failed.append("interrupted")
-    finally:
-        signal.alarm(0)
-        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # let teardown finish
-            signal.signal(s, lambda signum, _f: log(f"signal {signum} ignored while stopping processes"))
-        if failed and "pdp-injector" in h.procs:
-            log(f"--- last lines of pdp-injector.log ---\n{h.log_tail('pdp-injector', 30)}")
-        h.teardown(bool(failed) or setup_error is not None)
-
-    if setup_error is not None:
-        print(f"FAIL setup: {type(setup_error).__name__}: {one_line(setup_error, 800)}", flush=True)
-        failed.append("setup")
-    elif line := tier.none_ran(len(passed) + len(failed)):
-        print(line, flush=True)
-        failed.append("no-case-ran")
-    log(f"total {time.monotonic() - t0:.1f}s")
-    print(f"{len(passed)} passed, {len(failed)} failed", flush=True)
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

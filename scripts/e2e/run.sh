@@ -7,9 +7,9 @@
 # from Debian's source package, starts etcd and kube-apiserver on 127.0.0.1, runs the cases, stops everything.
 # With --kubeconfig: uses that cluster; the API server must reach https://ADDR:PORT on this machine.
 #
-# Prints `PASS name` / `FAIL name: why` per case, then `N passed, M failed`; exits 1 if any failed. If the API
-# server cannot be had (no apt, no source package, build failure), prints `E2E SKIPPED: <reason>` and exits 0
-# only with E2E_ALLOW_SKIP=1 (else 1).
+# The cases are pytest tests (scripts/e2e/test_e2e.py): one line per case with its outcome, then pytest's
+# summary; exits 1 if any failed, a WORD matches no case, or none ran. If the API server cannot be had (no apt,
+# no source package, build failure), prints `E2E SKIPPED: <reason>` and exits 0 only with E2E_ALLOW_SKIP=1.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HERE=scripts/e2e
@@ -21,8 +21,11 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --kubeconfig) kubeconfig=$2; shift 2 ;;
         --kubeconfig=*) kubeconfig=${1#*=}; shift ;;
-        -h|--help) sed -n '2,12p' "$0"; python3 "$HERE/e2e.py" --help | sed -n '/^options:/,$p'; exit 0 ;;
-        *) pass+=("$1"); shift ;;
+        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+        --keep|--webhook-host|--webhook-host=*|--webhook-port|--webhook-port=*|--ns-settle=*|--deadline=*)
+            if [[ $1 == --webhook-host || $1 == --webhook-port ]]; then pass+=("$1" "$2"); shift 2; else pass+=("$1"); shift; fi ;;
+        -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+        *) pass+=(--case "$1"); shift ;;
     esac
 done
 
@@ -39,6 +42,7 @@ skip() {
 
 t0=$(date +%s)
 python3 -c 'import yaml' 2>/dev/null || skip "python3 with PyYAML is required"
+python3 -c 'import pytest' 2>/dev/null || skip "python3 with pytest is required (pip install pytest; .ci/run does)"
 
 # The binary under test.
 bin=${PDP_INJECTOR_BIN:-}
@@ -68,4 +72,7 @@ fi
 args+=(--kubectl "$(command -v kubectl)")
 echo "[e2e] prerequisites ready in $(( $(date +%s) - t0 ))s" >&2
 
-exec python3 "$HERE/e2e.py" "${args[@]}" "${pass[@]}"
+# -s: progress as it comes; -p tier_pytest: the tiers' plugin (scripts/lib); -p no:cacheprovider: nothing written
+# into the checkout; -rfE: each failure's reason again at the end.
+export PYTHONPATH=scripts/lib:$HERE${PYTHONPATH:+:$PYTHONPATH}
+exec python3 -m pytest --rootdir=. -p tier_pytest -p no:cacheprovider -v -s -rfE --tb=short --color=no "$HERE/test_e2e.py" "${args[@]}" ${pass[@]+"${pass[@]}"}

@@ -1,15 +1,15 @@
-"""The case runners of scripts/e2e and scripts/node, called as functions with no cluster: a filter that matches
-no case, or a run of zero cases, fails. Run by .ci/run:
+"""The cluster tiers' selection with no cluster: tier.select, the pytest plugin both tiers load (a word that
+matches no case, or a run of zero cases, fails), and each tier's cases collected in order. Run by .ci/run:
 
     python3 -m unittest discover -s scripts/lib -p 'test_*.py'
 """
-import contextlib
 import importlib.util
-import io
+import os
+import subprocess
 import sys
+import tempfile
 import unittest
 from pathlib import Path
-from unittest import mock
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts/lib"))
@@ -21,15 +21,6 @@ def load(name, path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def run_main(module, argv):
-    """`module.main()` with `argv`: (exit status, stdout)."""
-    out = io.StringIO()
-    with mock.patch.object(sys, "argv", ["runner", *argv]), contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(io.StringIO()):
-        rc = module.main()
-    return rc, out.getvalue()
 
 
 class Select(unittest.TestCase):
@@ -54,68 +45,90 @@ class Select(unittest.TestCase):
         self.assertIsNone(tier.none_ran(1))
 
 
-class FakeHarness:
-    """The e2e harness without a cluster: setup and teardown do nothing."""
+CASES_FILE = """
+import pytest
+import tier_pytest
 
-    def __init__(self, args):
-        self.procs = {}
-
-    def setup(self):
-        pass
-
-    def teardown(self, failed):
-        pass
+CASES = [("alpha-one", None), ("beta-two", None)]
+RAN = []
 
 
-class E2eRunner(unittest.TestCase):
+@pytest.mark.parametrize("case", tier_pytest.case_params(CASES))
+def test_case(case):
+    print("RAN", case[0])
+"""
+
+
+def run_pytest(tmp, *args):
+    """pytest with the tiers' plugin over a two-case tier: (exit status, output)."""
+    (tmp / "test_tier.py").write_text(CASES_FILE)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "scripts/lib")}
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "tier_pytest", "-p", "no:cacheprovider", "-v", "-s",
+                        str(tmp / "test_tier.py"), *args], capture_output=True, text=True, env=env, timeout=60)
+    return p.returncode, p.stdout + p.stderr
+
+
+class Plugin(unittest.TestCase):
+    """scripts/lib/tier_pytest.py, as the e2e and node tiers load it."""
+
     def setUp(self):
-        self.e2e = load("e2e_under_test", "scripts/e2e/e2e.py")
-        self.args = ["--pdp-injector", "/nonexistent", "--kube-apiserver", "/nonexistent"]
-        self.ran = []
-        self.e2e.CASES[:] = [("one-case", lambda h: self.ran.append("one-case"), None)]
-        self.e2e.Harness = FakeHarness
+        d = tempfile.TemporaryDirectory()
+        self.addCleanup(d.cleanup)
+        self.tmp = Path(d.name)
 
-    def test_a_filter_that_matches_no_case_fails_before_setup(self):
-        rc, out = run_main(self.e2e, [*self.args, "no-such-case"])
+    def test_every_case_runs_without_words(self):
+        rc, out = run_pytest(self.tmp)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("RAN alpha-one", out)
+        self.assertIn("RAN beta-two", out)
+
+    def test_a_word_selects_the_cases_it_matches(self):
+        rc, out = run_pytest(self.tmp, "--case", "two")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("RAN beta-two", out)
+        self.assertNotIn("RAN alpha-one", out)
+
+    def test_a_word_that_matches_no_case_fails_before_any_runs(self):
+        rc, out = run_pytest(self.tmp, "--case", "one", "--case", "tpyo")
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("FAIL selection: no case matches tpyo", out)
+        self.assertNotIn("RAN", out)
+
+    def test_a_run_in_which_no_case_ran_fails(self):
+        rc, out = run_pytest(self.tmp, "-k", "nothing-is-called-this")
         self.assertEqual(rc, 1, out)
-        self.assertIn("FAIL selection: no case matches no-such-case", out)
-        self.assertEqual(self.ran, [])
-
-    def test_no_case_defined_fails(self):
-        self.e2e.CASES[:] = []
-        rc, out = run_main(self.e2e, self.args)
-        self.assertEqual(rc, 1, out)
-        self.assertIn("0 passed, 1 failed", out)
-
-    def test_a_selected_case_runs_and_passes(self):
-        rc, out = run_main(self.e2e, [*self.args, "one"])
-        self.assertEqual((rc, self.ran), (0, ["one-case"]), out)
-        self.assertIn("1 passed, 0 failed", out)
+        self.assertIn("FAIL no-case-ran", out)
 
 
-class NodeRunner(unittest.TestCase):
-    def setUp(self):
-        self.node = load("node_cases_under_test", "scripts/node/cases.py")
-        self.ran = []
-        self.node.CASES[:] = [("one-case", lambda shared: self.ran.append("one-case"))]
-        self.node.install = lambda skip: None
-        self.node.cleanup = lambda: None
+class Tiers(unittest.TestCase):
+    """The two tiers collect their cases, in their order, under their names."""
 
-    def test_a_filter_that_matches_no_case_fails_before_install(self):
-        self.node.install = lambda skip: self.fail("installed with nothing to run")
-        rc, out = run_main(self.node, ["--kubeconfig", "/nonexistent", "no-such-case"])
-        self.assertEqual(rc, 1, out)
-        self.assertIn("FAIL selection: no case matches no-such-case", out)
+    def collect(self, tier_dir, test_file, *args):
+        env = {**os.environ, "PYTHONPATH": f"{REPO / 'scripts/lib'}:{REPO / tier_dir}"}
+        p = subprocess.run([sys.executable, "-m", "pytest", "-p", "tier_pytest", "-p", "no:cacheprovider", "-q",
+                            "--collect-only", str(REPO / tier_dir / test_file), *args],
+                           capture_output=True, text=True, env=env, timeout=60, cwd=REPO)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        return [line.split("[", 1)[1].rstrip("]") for line in p.stdout.splitlines() if "::test_case[" in line]
 
-    def test_no_case_defined_fails(self):
-        self.node.CASES[:] = []
-        rc, out = run_main(self.node, ["--kubeconfig", "/nonexistent"])
-        self.assertEqual(rc, 1, out)
+    def test_e2e_collects_every_case_in_order(self):
+        e2e = load("e2e_under_test", "scripts/e2e/e2e.py")
+        got = self.collect("scripts/e2e", "test_e2e.py", "--pdp-injector", "/x", "--kube-apiserver", "/y")
+        self.assertEqual(got, [c[0] for c in e2e.CASES])
 
-    def test_a_selected_case_runs_and_passes(self):
-        rc, out = run_main(self.node, ["--kubeconfig", "/nonexistent", "one"])
-        self.assertEqual((rc, self.ran), (0, ["one-case"]), out)
-        self.assertIn("1 passed, 0 failed", out)
+    def test_node_collects_every_case_in_order(self):
+        node = load("node_cases_under_test", "scripts/node/cases.py")
+        got = self.collect("scripts/node", "test_node.py", "--kubeconfig", "/x")
+        self.assertEqual(got, [c[0] for c in node.CASES])
+
+    def test_node_refuses_known_failures_under_ci(self):
+        env = {**os.environ, "CI": "true", "NODE_KNOWN_FAILURES": "some-case",
+               "PYTHONPATH": f"{REPO / 'scripts/lib'}:{REPO / 'scripts/node'}"}
+        p = subprocess.run([sys.executable, "-m", "pytest", "-p", "tier_pytest", "-p", "no:cacheprovider", "-q",
+                            "--collect-only", str(REPO / "scripts/node/test_node.py"), "--kubeconfig", "/x"],
+                           capture_output=True, text=True, env=env, timeout=60, cwd=REPO)
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        self.assertIn("FAIL known-failures-refused", p.stdout + p.stderr)
 
 
 if __name__ == "__main__":

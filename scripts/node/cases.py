@@ -2,20 +2,18 @@
 """The node tier's cases: pdp-injector installed with the real manifests on a one-node 1.20 cluster whose Pods
 really run (scripts/node/cluster.sh up), the test client (scripts/node/pdpclient) making real Cerbos checks.
 
-    cases.py --kubeconfig FILE [--skip-install] [CASE-FILTER...]
+    scripts/node/run.sh [--keep] [WORD...]    (pytest: test_node.py, conftest.py)
 
 Installs by `helm install` (charts/pdp-injector with ci/mixed-values.yaml: the daemonset model plus the central
 PDP; unless --skip-install and it is there), waits for the webhook (self-managed certificates: its Secret and
 caBundle), the PDP DaemonSet and the central PDP, then runs the cases; the last ones upgrade, test and uninstall
-the release. Output:
-one `PASS name` or `FAIL name: why` per case, each followed by its figures (indented), then `N passed, M failed`;
-exit status 1 if any failed, a filter matches no case, or no case ran. Progress on stderr, prefixed [node].
+the release. Output: pytest's line per case with its outcome, each case's figures (indented) printed under
+it; exit status 1 if any failed, a WORD matches no case, or no case ran. Progress on stderr, prefixed [node].
 
 NODE_KNOWN_FAILURES="case ..." names cases that fail for a reason written down in scripts/node/README.md ("Known
-failures"): such a case still runs and prints `XFAIL name: why` (not counted as failed); if it passes, it prints
-`XPASS name` and counts as failed, so that the list is kept true.
+failures"): such a case still runs and is XFAIL (not counted as failed); if it passes it is XPASS(strict), a
+failure, so that the list is kept true. Refused under CI=true.
 """
-import argparse
 import base64
 import dataclasses
 import json
@@ -29,7 +27,6 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 import urllib.request
 from pathlib import Path
 
@@ -1981,80 +1978,3 @@ def _(shared):
 
 def cleanup():
     kubectl("delete", "namespace", "-l", f"{RUN_LABEL}={RUN_ID}", "--wait=false", check_rc=False)
-
-
-
-def main():
-    global KUBECONFIG
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kubeconfig", required=True)
-    ap.add_argument("--skip-install", action="store_true")
-    ap.add_argument("filters", nargs="*")
-    args = ap.parse_args()
-    KUBECONFIG = args.kubeconfig
-    try:
-        selected = tier.select(CASES, args.filters)
-    except Fail as e:
-        print(f"FAIL selection: {e}")
-        print("0 passed, 1 failed")
-        return 1
-    t0 = time.monotonic()
-    try:
-        install(args.skip_install)
-    except Exception as e:  # noqa: BLE001
-        print(f"FAIL install: {one_line(e, 3000) if not isinstance(e, Fail) else e}")
-        print("0 passed, 1 failed")
-        return 1
-    for l in FIGURES:
-        print(l)
-    passed = failed = xfailed = 0
-    known = set(os.environ.get("NODE_KNOWN_FAILURES", "").split())
-    if known and os.environ.get("CI") == "true":
-        # A list of expected failures turns a red tier green: a gate never takes one.
-        print(f"FAIL known-failures-refused: NODE_KNOWN_FAILURES={' '.join(sorted(known))} is refused under CI=true")
-        print("0 passed, 1 failed")
-        return 1
-    for name in known - {n for n, _ in CASES}:
-        log(f"NODE_KNOWN_FAILURES names no case {name!r}")
-    shared = Shared()
-    for name, fn in selected:
-        FIGURES.clear()
-        t = time.monotonic()
-        log(f"--- {name}")
-        try:
-            fn(shared)
-            if name in known:
-                print(f"XPASS {name} ({time.monotonic() - t:.0f}s): listed in NODE_KNOWN_FAILURES but passed")
-                failed += 1
-            else:
-                print(f"PASS {name} ({time.monotonic() - t:.0f}s)")
-                passed += 1
-        except Fail as e:
-            msg = str(e)
-            head, _, detail = msg.partition("\n")
-            if name in known:
-                print(f"XFAIL {name} ({time.monotonic() - t:.0f}s): {head}")
-                xfailed += 1
-            else:
-                print(f"FAIL {name} ({time.monotonic() - t:.0f}s): {head}")
-                failed += 1
-            if detail:
-                log(detail)
-        except Exception as e:  # noqa: BLE001
-            print(f"FAIL {name} ({time.monotonic() - t:.0f}s): harness error: {one_line(e, 600)}")
-            log(traceback.format_exc())
-            failed += 1
-        for l in FIGURES:
-            print(l)
-        sys.stdout.flush()
-    cleanup()
-    if line := tier.none_ran(passed + failed + xfailed):
-        print(line)
-        failed += 1
-    print(f"{passed} passed, {failed} failed" + (f", {xfailed} known failures (XFAIL)" if known else "")
-          + f" ({time.monotonic() - t0:.0f}s)")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Node tier: pdp-injector installed with the real manifests on a one-node Kubernetes 1.20 cluster on this machine
-# (scripts/node/cluster.sh), Pods really running, the cases of scripts/node/cases.py. See scripts/node/README.md.
+# (scripts/node/cluster.sh), Pods really running, the cases of scripts/node/cases.py (pytest: test_node.py). See
+# scripts/node/README.md.
 #
-#   scripts/node/run.sh [--keep] [CASE-FILTER...]
+#   scripts/node/run.sh [--keep] [WORD...]    (WORD: only cases whose name contains it)
 #
 # Brings the cluster up (or uses the one that `cluster.sh up` left running, and leaves it running), installs,
 # runs the cases, and takes the cluster down again, then checks that nothing was left behind. --keep: leave the
 # cluster up afterwards (`scripts/node/cluster.sh down` removes it). On failure, the component logs and the
 # Pods' logs and descriptions are printed and kept in a directory named at the end.
 #
-# Output: `PASS name` / `FAIL name: why` per case with its figures, `N passed, M failed`; each step's duration.
+# Output: pytest's line per case with its outcome and figures, its summary; each step's duration.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HERE=scripts/node
@@ -22,12 +23,13 @@ for a in "$@"; do
     case "$a" in
         --keep) keep=1 ;;
         -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
-        *) filters+=("$a") ;;
+        *) filters+=(--case "$a") ;;
     esac
 done
 
 log() { printf '[node] %s\n' "$*" >&2; }
 t0=$(date +%s)
+python3 -c 'import pytest' 2>/dev/null || { log "python3 with pytest is required (pip install pytest; .ci/run does)"; exit 1; }
 
 # A full disk shows up much later as something else (the kubelet "cannot find" an image it just imported), so
 # say it first. The images, containerd's snapshots and the Pods' logs need a few GiB under /var.
@@ -111,5 +113,8 @@ t_up=$(( $(date +%s) - ts ))
 log "cluster ready in ${t_up}s"
 
 ts=$(date +%s)
-python3 "$HERE/cases.py" --kubeconfig "$kubeconfig" ${filters[@]+"${filters[@]}"} || rc=$?
+# -s: progress and figures as they come; -p tier_pytest: the tiers' plugin (scripts/lib).
+PYTHONPATH=scripts/lib:$HERE${PYTHONPATH:+:$PYTHONPATH} python3 -m pytest --rootdir=. -p tier_pytest -p no:cacheprovider \
+    -v -s -rfE --tb=short --color=no --durations=0 --durations-min=1 "$HERE/test_node.py" --kubeconfig "$kubeconfig" \
+    ${filters[@]+"${filters[@]}"} || rc=$?
 t_cases=$(( $(date +%s) - ts ))
