@@ -1332,14 +1332,6 @@ async fn a_body_over_the_limit_written_whole_before_reading_gets_its_413() {
     assert!(text.starts_with("HTTP/1.1 413"), "{text:?}");
 }
 
-/// Where the front's test puts its sockets, removed on drop.
-struct FrontDir(std::path::PathBuf);
-impl Drop for FrontDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Fake PDP instances on `paths`, answering each line `x` with `x`, on a thread and runtime of their own (the
 /// test's runtime is busy with the hostile client); they stop when the returned sender is dropped.
 fn echo_instances(paths: Vec<std::path::PathBuf>) -> tokio::sync::oneshot::Sender<()> {
@@ -1408,41 +1400,31 @@ struct Front {
     addr: std::net::SocketAddr,
     socket: std::path::PathBuf,
     _instances: tokio::sync::oneshot::Sender<()>,
-    dir: FrontDir,
+    dir: pdp_testkit::dir::TempDir,
 }
 
 impl Front {
     async fn start(name: &str) -> Front {
-        let dir = FrontDir(
-            std::env::temp_dir().join(format!("pdp-hostile-{name}-{}", std::process::id())),
-        );
-        let _ = std::fs::remove_dir_all(&dir.0);
-        std::fs::create_dir_all(dir.0.join("instances")).unwrap();
+        let dir = pdp_testkit::dir::TempDir::new(&format!("hostile-{name}"));
         // Writable by its owner alone, whatever the umask (the front refuses instance directories others can
         // write), and open to other users' clients (the socket is theirs to connect to).
-        for d in [dir.0.clone(), dir.0.join("instances")] {
-            std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-                .unwrap();
-        }
+        dir.mkdir("", 0o755);
+        dir.mkdir("instances", 0o755);
         let instances = echo_instances(vec![
-            dir.0.join("instances/pdp-a.grpc.sock"),
-            dir.0.join("instances/pdp-a.http.sock"),
+            dir.join("instances/pdp-a.grpc.sock"),
+            dir.join("instances/pdp-a.http.sock"),
         ]);
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = pdp_testkit::net::free_port();
         let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let socket = dir.0.join("cerbos.sock");
-        let log = dir.0.join("front.log");
+        let socket = dir.join("cerbos.sock");
+        let log = dir.join("front.log");
         let child = std::process::Command::new(bin())
             .arg("node-proxy")
             .args(["--listen", &addr.to_string()])
             .arg("--socket")
             .arg(&socket)
             .arg("--instances")
-            .arg(dir.0.join("instances"))
+            .arg(dir.join("instances"))
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -1475,7 +1457,7 @@ impl Front {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.0.join("front.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir.join("front.log")).unwrap_or_default()
     }
 }
 

@@ -574,17 +574,14 @@ async fn mutual_tls_accepts_and_refuses() {
 /// Lays out a directory the way the kubelet mounts a Secret: files are symlinks through `..data`, which is
 /// swapped atomically to a new timestamped directory on every update.
 struct SecretDir {
-    root: PathBuf,
+    root: pdp_testkit::dir::TempDir,
     generation: u32,
 }
 
 impl SecretDir {
     fn new(name: &str) -> Self {
-        let root = std::env::temp_dir().join(format!("pdp-secret-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).unwrap();
         SecretDir {
-            root,
+            root: pdp_testkit::dir::TempDir::new(&format!("secret-{name}")),
             generation: 0,
         }
     }
@@ -729,7 +726,6 @@ async fn certificate_rotation_without_restart() {
         "{text}"
     );
     r.shutdown().await.unwrap();
-    let _ = std::fs::remove_dir_all(&secret.root);
 }
 
 #[tokio::test]
@@ -776,7 +772,6 @@ async fn config_reload_good_and_bad() {
         "{text}"
     );
     r.shutdown().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir.root);
 }
 
 /// A sidecar review on a fresh connection: its status.

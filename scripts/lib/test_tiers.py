@@ -50,7 +50,6 @@ import pytest
 import tier_pytest
 
 CASES = [("alpha-one", None), ("beta-two", None)]
-RAN = []
 
 
 @pytest.mark.parametrize("case", tier_pytest.case_params(CASES))
@@ -59,13 +58,20 @@ def test_case(case):
 """
 
 
+def pytest(test_file, *args, path=(), env=None):
+    """pytest with the tiers' plugin, as run.sh runs it, on `test_file` (`path`: more import directories):
+    (exit status, stdout, stdout and stderr)."""
+    env = {**os.environ, **(env or {}), "PYTHONPATH": ":".join(str(p) for p in [REPO / "scripts/lib", *path])}
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "tier_pytest", "-p", "no:cacheprovider", str(test_file),
+                        *args], capture_output=True, text=True, env=env, timeout=60, cwd=REPO)
+    return p.returncode, p.stdout, p.stdout + p.stderr
+
+
 def run_pytest(tmp, *args):
-    """pytest with the tiers' plugin over a two-case tier: (exit status, output)."""
+    """The plugin over a two-case tier: (exit status, output)."""
     (tmp / "test_tier.py").write_text(CASES_FILE)
-    env = {**os.environ, "PYTHONPATH": str(REPO / "scripts/lib")}
-    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "tier_pytest", "-p", "no:cacheprovider", "-v", "-s",
-                        str(tmp / "test_tier.py"), *args], capture_output=True, text=True, env=env, timeout=60)
-    return p.returncode, p.stdout + p.stderr
+    rc, _, out = pytest(tmp / "test_tier.py", "-v", "-s", *args)
+    return rc, out
 
 
 class Plugin(unittest.TestCase):
@@ -104,12 +110,9 @@ class Tiers(unittest.TestCase):
     """The two tiers collect their cases, in their order, under their names."""
 
     def collect(self, tier_dir, test_file, *args):
-        env = {**os.environ, "PYTHONPATH": f"{REPO / 'scripts/lib'}:{REPO / tier_dir}"}
-        p = subprocess.run([sys.executable, "-m", "pytest", "-p", "tier_pytest", "-p", "no:cacheprovider", "-q",
-                            "--collect-only", str(REPO / tier_dir / test_file), *args],
-                           capture_output=True, text=True, env=env, timeout=60, cwd=REPO)
-        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-        return [line.split("[", 1)[1].rstrip("]") for line in p.stdout.splitlines() if "::test_case[" in line]
+        rc, out, both = pytest(REPO / tier_dir / test_file, "-q", "--collect-only", *args, path=[REPO / tier_dir])
+        self.assertEqual(rc, 0, both)
+        return [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "::test_case[" in line]
 
     def test_e2e_collects_every_case_in_order(self):
         e2e = load("e2e_under_test", "scripts/e2e/e2e.py")
@@ -122,13 +125,10 @@ class Tiers(unittest.TestCase):
         self.assertEqual(got, [c[0] for c in node.CASES])
 
     def test_node_refuses_known_failures_under_ci(self):
-        env = {**os.environ, "CI": "true", "NODE_KNOWN_FAILURES": "some-case",
-               "PYTHONPATH": f"{REPO / 'scripts/lib'}:{REPO / 'scripts/node'}"}
-        p = subprocess.run([sys.executable, "-m", "pytest", "-p", "tier_pytest", "-p", "no:cacheprovider", "-q",
-                            "--collect-only", str(REPO / "scripts/node/test_node.py"), "--kubeconfig", "/x"],
-                           capture_output=True, text=True, env=env, timeout=60, cwd=REPO)
-        self.assertNotEqual(p.returncode, 0, p.stdout)
-        self.assertIn("FAIL known-failures-refused", p.stdout + p.stderr)
+        rc, _, both = pytest(REPO / "scripts/node/test_node.py", "-q", "--collect-only", "--kubeconfig", "/x",
+                             path=[REPO / "scripts/node"], env={"CI": "true", "NODE_KNOWN_FAILURES": "some-case"})
+        self.assertNotEqual(rc, 0, both)
+        self.assertIn("FAIL known-failures-refused", both)
 
 
 if __name__ == "__main__":

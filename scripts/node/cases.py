@@ -1976,5 +1976,10 @@ def _(shared):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def known_failures():
+    """The cases NODE_KNOWN_FAILURES names (scripts/node/README.md, "Known failures")."""
+    return set(os.environ.get("NODE_KNOWN_FAILURES", "").split())
+
+
 def cleanup():
     kubectl("delete", "namespace", "-l", f"{RUN_LABEL}={RUN_ID}", "--wait=false", check_rc=False)

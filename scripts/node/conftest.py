@@ -20,16 +20,12 @@ def pytest_addoption(parser):
     g.addoption("--skip-install", action="store_true", help="use the release already installed, if it is there")
 
 
-def known_failures():
-    return set(os.environ.get("NODE_KNOWN_FAILURES", "").split())
-
-
 def pytest_configure(config):
     if config.getoption("help"):
         return
     if not config.getoption("kubeconfig"):
         raise pytest.UsageError("--kubeconfig is required (scripts/node/run.sh passes it)")
-    known = known_failures()
+    known = cases.known_failures()
     if known and os.environ.get("CI") == "true":
         # A list of expected failures turns a red tier green: a gate never takes one.
         raise pytest.UsageError(f"FAIL known-failures-refused: NODE_KNOWN_FAILURES={' '.join(sorted(known))} "

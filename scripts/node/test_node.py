@@ -3,8 +3,6 @@ one test each.
 
     scripts/node/run.sh [--keep] [WORD...]    # WORD: only cases whose name contains it
 """
-import os
-
 import pytest
 
 import cases
@@ -14,7 +12,7 @@ import tier_pytest
 def known_marks(name):
     """A case listed in NODE_KNOWN_FAILURES (refused under CI=true, conftest.py) must fail with a `Fail`; a pass
     fails the run, so that the list stays true."""
-    if name in os.environ.get("NODE_KNOWN_FAILURES", "").split():
+    if name in cases.known_failures():
         return [pytest.mark.xfail(raises=cases.Fail, strict=True, reason="NODE_KNOWN_FAILURES")]
     return []
 
