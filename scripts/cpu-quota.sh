@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# p99 answer time of a 22 KiB review with the server limited to a tenth of a core (tests/cpu_quota.rs).
+# p99 answer time of a 22 KiB review with the server limited to a tenth of a core (tests/hostile/cpu_quota.rs).
 #
 # The quota is a cgroup: v2 cpu.max where /sys/fs/cgroup is cgroup2 with the cpu controller, else v1
 # cpu.cfs_quota_us under /sys/fs/cgroup/cpu; the server is also pinned to CPU 0 with taskset. systemd-run
@@ -15,7 +15,7 @@ if [ "$(id -u)" != 0 ]; then
     echo "cpu-quota: not root, so probably no writable cgroup (the test says)" >&2
 fi
 out=$(mktemp)
-cargo test --locked --release --test cpu_quota -- --include-ignored --nocapture 2>&1 | tee "$out"
+cargo test --locked --release --test hostile -- --include-ignored --nocapture cpu_quota:: 2>&1 | tee "$out"
 status=${PIPESTATUS[0]}
 echo
 echo "== cpu-quota summary"

@@ -58,7 +58,7 @@ for t in "${targets[@]}"; do
     else
         status=1
         echo "fuzz: $t FAILED; the input is in fuzz/artifacts/$t/: minimise it (cargo fuzz tmin), add it to"
-        echo "fuzz: fuzz/regressions/$t/ (tests/fuzz_regressions.rs replays it), and fix the bug"
+        echo "fuzz: fuzz/regressions/$t/ (tests/it/fuzz_regressions.rs replays it), and fix the bug"
         tail -60 "$log"
     fi
     rm -f "$log" fuzz-*.log

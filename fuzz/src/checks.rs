@@ -1,5 +1,5 @@
 // The properties the fuzz targets check, in one file that two crates compile: the fuzz crate (fuzz/src/lib.rs)
-// and the main package's tests/fuzz_regressions.rs (through `include!`), so that every input the fuzzer saved
+// and the main package's tests/it/fuzz_regressions.rs (through `include!`), so that every input the fuzzer saved
 // replays as an ordinary `cargo test`. Only pdp-injector's own dependencies are used here.
 //
 // A property that does not hold panics, which libFuzzer reports as a crash and saves the input.

@@ -1,4 +1,4 @@
-//! The properties checked by the fuzz targets (shared with the main package's `tests/fuzz_regressions.rs`).
+//! The properties checked by the fuzz targets (shared with the main package's `tests/it/fuzz_regressions.rs`).
 
 mod checks;
 

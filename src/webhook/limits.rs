@@ -8,7 +8,7 @@
 //! - per connection: HTTP/1.1 read buffer 16 KiB (headers longer than that are refused with 431), HTTP/2 flow
 //!   control windows 64 KiB (stream) and 128 KiB (connection), 32 concurrent streams, 16 KiB of headers.
 //!
-//! `BASE` and `PER_CONNECTION` are measured (tests/hostile.rs prints them): the resident size of an idle `serve`
+//! `BASE` and `PER_CONNECTION` are measured (tests/hostile/main.rs prints them): the resident size of an idle `serve`
 //! and what one idle keep-alive TLS connection adds to it.
 
 use std::io;

@@ -1,4 +1,4 @@
-// Shared by tests/golden.rs and tests/docs (the examples): expected files compared with what the offline
+// Shared by tests/it/golden.rs and tests/docs (the examples): expected files compared with what the offline
 // injector makes, refreshed with `UPDATE_GOLDEN=1` (pdp_testkit::skip), and the flags of `pdp-injector inject`
 // that a case's `.args` file holds, read as the binary reads them.
 

@@ -1,4 +1,4 @@
-// Shared by tests/node_proxy.rs and tests/hostile.rs: the protocol of their fake PDP instances, one line out and
+// Shared by tests/it/node_proxy.rs and tests/hostile/main.rs: the protocol of their fake PDP instances, one line out and
 // one line back.
 
 /// Sends `text` and a newline on `stream` and reads one line back (without its newline), within `limit`.

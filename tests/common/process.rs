@@ -1,4 +1,4 @@
-// Shared by tests/hostile.rs and tests/cpu_quota.rs: the real `pdp-injector serve` binary as a child process on
+// Shared by tests/hostile/main.rs and tests/hostile/cpu_quota.rs: the real `pdp-injector serve` binary as a child process on
 // 127.0.0.1 with certificates from `pdp-injector certs`, killed on drop (also when a test fails), and a small
 // HTTPS client over hyper's connection API.
 

@@ -29,11 +29,11 @@ use tokio::sync::{Notify, watch};
 
 use pdp_core::size::{KIB, MIB};
 
-/// Resident size of an idle front (runtime, listeners, TLS configuration), measured (tests/hostile.rs prints it).
+/// Resident size of an idle front (runtime, listeners, TLS configuration), measured (tests/hostile/main.rs prints it).
 pub const BASE: u64 = 8 * MIB;
 
 /// What one open plaintext connection costs the front: two copy buffers of [`COPY_BUFFER`], its task and its
-/// bookkeeping, with room to spare (tests/hostile.rs measures it).
+/// bookkeeping, with room to spare (tests/hostile/main.rs measures it).
 pub const PER_CONNECTION: u64 = 16 * KIB;
 
 /// What one open TLS connection costs: rustls's buffers and state on top of [`PER_CONNECTION`].

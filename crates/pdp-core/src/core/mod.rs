@@ -1,5 +1,5 @@
 //! The core: decide whether and how a Pod is wired, render the wiring, and express it as a JSON Patch. Pure and
-//! synchronous: no I/O, no async runtime, no Kubernetes client (tests/layers.rs keeps it so). The webhook, the
+//! synchronous: no I/O, no async runtime, no Kubernetes client (tests/it/layers.rs keeps it so). The webhook, the
 //! offline `inject` command and the tests all call it.
 
 pub mod codes;

@@ -9,8 +9,6 @@ use std::path::Path;
 use pdp_injector::offline::parse_stream;
 use serde_json::{Value, json};
 
-mod common;
-
 fn docs(path: &str) -> Vec<Value> {
     let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
     parse_stream(&fs::read_to_string(&full).unwrap()).unwrap()

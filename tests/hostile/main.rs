@@ -14,7 +14,9 @@ use hyper::StatusCode;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+#[path = "../common/mod.rs"]
 mod common;
+mod cpu_quota;
 use common::{lines::*, process::*};
 use pdp_testkit::skip::cannot_run;
 

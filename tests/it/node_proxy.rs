@@ -14,8 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::task::JoinHandle;
 
-mod common;
-use common::lines::*;
+use crate::common::lines::*;
 use pdp_testkit::skip::cannot_run;
 use pdp_testkit::tls::tls_client_config;
 
@@ -1573,7 +1572,7 @@ mod tls_support {
         alpn: &[&[u8]],
     ) -> TlsConnector {
         let cas: Vec<&str> = trusts.iter().map(|b| b.ca_cert_pem.as_str()).collect();
-        TlsConnector::from(crate::tls_client_config(
+        TlsConnector::from(super::tls_client_config(
             &cas,
             identity.map(|(c, k)| (c.as_str(), k.as_str())),
             rustls::DEFAULT_VERSIONS,
@@ -2533,7 +2532,7 @@ enum Path3 {
 }
 
 /// Latency per request through the front against the instance directly, and the front's CPU per request.
-/// `cargo test --release --test node_proxy -- --ignored --nocapture measure_the_front` (BENCHMARKS.md).
+/// `cargo test --release --test it -- --ignored --nocapture node_proxy::measure_the_front` (BENCHMARKS.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a test (BENCHMARKS.md): run it by name with --release"]
 async fn measure_the_front() {

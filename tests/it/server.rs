@@ -20,11 +20,10 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-mod common;
-use common::process::{connect, send};
+use crate::common::process::{connect, send};
 use pdp_testkit::tls::tls_client_config;
 
-const FIXTURE: &str = include_str!("fixtures/admissionreview-v1-pod-create.json");
+const FIXTURE: &str = include_str!("../fixtures/admissionreview-v1-pod-create.json");
 
 fn fixture() -> Value {
     serde_json::from_str(FIXTURE).unwrap()
@@ -405,7 +404,7 @@ async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
 async fn answers_carry_their_length_not_chunks() {
     let b = bundle();
     let r = start(&b).await;
-    let mut tls = common::process::tls_connect(r.addr, &default_client(&b.ca_cert_pem))
+    let mut tls = crate::common::process::tls_connect(r.addr, &default_client(&b.ca_cert_pem))
         .await
         .unwrap();
     let body = annotated("sidecar");

@@ -14,8 +14,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-mod common;
-use common::process::*;
+use crate::common::process::*;
 
 /// A Pod review of about 22 KiB: the real fixture with sixteen app containers, each with env, mounts, ports and
 /// resources, plus the usual metadata; opted into daemonset mode so that every container is wired.

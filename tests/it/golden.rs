@@ -1,7 +1,7 @@
 //! Golden files: every `tests/golden/<dir>/<case>.in.yaml` goes through the offline injector (the same core as
 //! the webhook) with the directory's `config.yaml` and the flags of its `options.args`, and must produce
 //! `<case>.out.yaml` exactly. The harness is shared with docs/examples (tests/common/golden.rs): refresh both with
-//! `UPDATE_GOLDEN=1 cargo test --test golden --test docs` and review the diff as a reviewer would.
+//! `UPDATE_GOLDEN=1 cargo test --test it --test docs` and review the diff as a reviewer would.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -22,7 +22,7 @@ fn load_dir(dir: &Path) -> (Config, Options) {
         Config::builtin()
     };
     let args = fs::read_to_string(dir.join("options.args")).unwrap_or_default();
-    let flags = common::golden::flags(&args, dir)
+    let flags = crate::common::golden::flags(&args, dir)
         .unwrap_or_else(|e| panic!("{}/options.args: {e}", dir.display()));
     assert!(
         flags.config.is_none(),
@@ -78,7 +78,7 @@ pub fn cases() -> Vec<(PathBuf, PathBuf)> {
 fn golden_files_match() {
     let cases = cases();
     assert!(cases.len() >= 25, "only {} golden cases", cases.len());
-    let mut expected = common::golden::Expected::default();
+    let mut expected = crate::common::golden::Expected::default();
     for (input_path, expected_path) in &cases {
         let (config, options) = load_dir(input_path.parent().unwrap());
         let input = fs::read_to_string(input_path).unwrap();
@@ -148,7 +148,7 @@ fn golden_outputs_keep_every_input_field() {
                     map.retain(|k, _| !k.starts_with("pdp-injector.io/status"));
                 }
             }
-            if let Err(path) = common::contains::contains(a, &b, "") {
+            if let Err(path) = crate::common::contains::contains(a, &b, "") {
                 panic!(
                     "{}: input field {path} lost or changed",
                     input_path.display()
@@ -157,5 +157,3 @@ fn golden_outputs_keep_every_input_field() {
         }
     }
 }
-
-mod common;

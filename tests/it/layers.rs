@@ -145,7 +145,7 @@ fn breaches(src: &Path, layers: &[(&str, &[&str])], free: &[&str], pure: &[&str]
         };
         let Some((_, allowed)) = layers.iter().find(|(l, _)| *l == layer) else {
             problems.push(format!(
-                "{}: layer {layer:?} is not in tests/layers.rs",
+                "{}: layer {layer:?} is not in tests/it/layers.rs",
                 file.display()
             ));
             continue;

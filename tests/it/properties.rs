@@ -10,8 +10,6 @@ use pdp_injector::core::{
 };
 use std::collections::BTreeMap;
 
-mod common;
-
 /// xorshift64*: small, seeded, good enough to vary Pods.
 struct Rng(u64);
 impl Rng {
@@ -205,7 +203,7 @@ fn generated_pods_hold_the_core_properties() {
 
         // Every input field survives.
         let input = serde_json::to_value(&pod).unwrap();
-        if let Err(path) = common::contains::contains(&patched, &input, "") {
+        if let Err(path) = crate::common::contains::contains(&patched, &input, "") {
             panic!("{path} lost: {}", ctx());
         }
 

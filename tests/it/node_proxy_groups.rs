@@ -50,7 +50,6 @@ fn instance(path: &Path, tag: &'static str) {
     });
 }
 
-mod common;
 use pdp_testkit::dir::TempDir;
 use pdp_testkit::net::free_port;
 

@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 mod checks {
-    include!("../fuzz/src/checks.rs");
+    include!("../../fuzz/src/checks.rs");
 }
 
 fn root() -> &'static Path {

@@ -6,7 +6,7 @@ use pdp_injector::config::Config;
 use pdp_injector::core::NamespaceInfo;
 use serde_json::{Value, json};
 
-const FIXTURE: &str = include_str!("fixtures/admissionreview-v1-pod-create.json");
+const FIXTURE: &str = include_str!("../fixtures/admissionreview-v1-pod-create.json");
 
 /// An opted-in namespace that allows the node socket (Pod Security privileged).
 fn labelled(label: &'static str) -> impl Fn(&str) -> NamespaceInfo {

@@ -386,7 +386,7 @@ fn every_golden_output_is_safe() {
 
 // ---- hostile annotation values through the whole AdmissionReview path ----
 
-const FIXTURE: &str = include_str!("fixtures/admissionreview-v1-pod-create.json");
+const FIXTURE: &str = include_str!("../fixtures/admissionreview-v1-pod-create.json");
 
 /// Values a user might put into an annotation to steer the webhook or break its output.
 fn hostile_values() -> Vec<String> {
