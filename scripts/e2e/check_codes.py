@@ -777,7 +777,7 @@ def live(h):
             make(inert_copy(h, name, change))
 
         # Users with the shipped check role minus one resource each.
-        shipped = {d["kind"]: d for d in yaml.safe_load_all((REPO / "manifests/base/rbac-check.yaml").read_text())}
+        shipped = {d["kind"]: d for d in yaml.safe_load_all((REPO / "manifests/overlays/daemonset/webhook/rbac-check.yaml").read_text())}
         make({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta("e2e-codes-check",
               "pdp-system"), "rules": shipped["Role"]["rules"]})
         users = {}

@@ -3,7 +3,7 @@
 
 Started by scripts/e2e/run.sh (which builds or finds the binaries); see scripts/e2e/README.md. Local mode starts
 etcd and kube-apiserver on 127.0.0.1, then `pdp-injector serve` and a second test webhook, registers the webhook
-with the MutatingWebhookConfiguration of manifests/base (clientConfig turned into a 127.0.0.1 URL plus caBundle),
+with the MutatingWebhookConfiguration of manifests/overlays/daemonset (clientConfig turned into a 127.0.0.1 URL plus caBundle),
 runs the cases through kubectl and checks the stored objects. Every process it starts is stopped by its PID on
 exit, also on failure, timeout or signal.
 
@@ -38,8 +38,8 @@ sys.path.insert(0, str(HERE))
 import tier  # noqa: E402  (what the tiers share: scripts/lib/tier.py)
 from tier import Fail, check, free_port, one_line  # noqa: E402,F401
 import check_codes  # noqa: E402  (the table of every check finding code)
-WEBHOOK_MANIFEST = REPO / "manifests/base/mutatingwebhookconfiguration.yaml"
-BASE_CONFIG = REPO / "manifests/base/config.yaml"
+WEBHOOK_MANIFEST = REPO / "manifests/overlays/daemonset/webhook/mutatingwebhookconfiguration.yaml"
+BASE_CONFIG = REPO / "manifests/overlays/daemonset/config.yaml"
 PAUSE = "registry.k8s.io/pause:3.9"
 RUN_LABEL = "e2e.pdp-injector.io/run"
 ADDER_NS_LABEL = "e2e.pdp-injector.io/adder"
@@ -311,7 +311,7 @@ class Harness:
     def install_check_fixtures(self):
         """What an install has besides the webhook process, so that `pdp-injector check` finds it in order: the
         serving certificate's Secret, the config's ConfigMap, the webhook Deployment (its status set through the
-        status subresource: no controller runs here) and the cerbos-pdp DaemonSet of manifests/components."""
+        status subresource: no controller runs here) and the cerbos-pdp DaemonSet of manifests/overlays/daemonset."""
         certs = self.workdir / "webhook-certs"
         self.kubectl("-n", "pdp-system", "create", "secret", "tls", "pdp-injector-tls",
                      f"--cert={certs / 'tls.crt'}", f"--key={certs / 'tls.key'}")
@@ -354,7 +354,7 @@ class Harness:
                 san="IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc")
         ca.service_account_keys()
         admin_token, webhook_token, nobody_token, checker_token = (secrets.token_hex(16) for _ in range(4))
-        # The webhook authenticates as its ServiceAccount's user name, so manifests/base/rbac.yaml (bound to that
+        # The webhook authenticates as its ServiceAccount's user name, so manifests/overlays/daemonset/webhook/rbac.yaml (bound to that
         # ServiceAccount) is what authorizes it: the harness runs it with exactly the permissions it ships with.
         (pki / "tokens.csv").write_text(
             f'{admin_token},e2e-admin,e2e-admin,"system:masters"\n'
@@ -362,7 +362,7 @@ class Harness:
             f'"system:serviceaccounts,system:serviceaccounts:pdp-system"\n'
             # A user without any grant: a webhook that cannot read a single namespace (the doubt case).
             f'{nobody_token},e2e-nobody,e2e-nobody\n'
-            # Whoever runs `pdp-injector check`: bound to manifests/base/rbac-check.yaml by the case that uses it.
+            # Whoever runs `pdp-injector check`: bound to manifests/overlays/daemonset/webhook/rbac-check.yaml by the case that uses it.
             f'{checker_token},e2e-checker,e2e-checker\n')
         os.chmod(pki / "tokens.csv", 0o600)
 
@@ -453,13 +453,13 @@ class Harness:
         for n in SYSTEM_NAMESPACES:
             if self.get("namespace", n):
                 self.kubectl("label", "namespace", n, f"{NAME_LABEL}={n}", "--overwrite")
-        # The webhook's namespace, ServiceAccount and least-privilege RBAC, from manifests/base.
+        # The webhook's namespace, ServiceAccount and least-privilege RBAC, from manifests/overlays/daemonset/webhook.
         for f in ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"]:
-            self.kubectl("apply", "-f", str(REPO / "manifests/base" / f))
+            self.kubectl("apply", "-f", str(REPO / "manifests/overlays/daemonset/webhook" / f))
         self.kubectl("label", "namespace", "pdp-system", f"{NAME_LABEL}=pdp-system", "--overwrite")
 
     def write_config(self):
-        """manifests/base/config.yaml plus one profile, cerbos-classic, that asks for the classic sidecar form (an
+        """manifests/overlays/daemonset/config.yaml plus one profile, cerbos-classic, that asks for the classic sidecar form (an
         ordinary container): the only form Kubernetes < 1.29 stores."""
         cfg = yaml.safe_load(BASE_CONFIG.read_text()) or {}
         classic = {"extends": "cerbos", "sidecar": {"placement": "afterInit", "native": False, "unixSocket": False}}
@@ -509,7 +509,7 @@ class Harness:
         self.wait_for("adder webhook", adder_up, timeout=20, proc="adder-webhook")
 
     def webhook_configuration(self):
-        """manifests/base's MutatingWebhookConfiguration, with clientConfig.service replaced by a URL on the local
+        """manifests/overlays/daemonset's MutatingWebhookConfiguration, with clientConfig.service replaced by a URL on the local
         listener and the caBundle filled in; nothing else changes."""
         docs = [d for d in yaml.safe_load_all(WEBHOOK_MANIFEST.read_text()) if d]
         check(len(docs) == 1 and docs[0]["kind"] == "MutatingWebhookConfiguration", "unexpected manifest layout")
@@ -709,7 +709,7 @@ def _(h):
     # (check --pre judges a PriorityClass no release owns as taken).
     made = []
     if h.get("priorityclass", "pdp-injector-webhook") is None:
-        h.kubectl("apply", "-f", str(REPO / "manifests/base/priorityclass.yaml"))
+        h.kubectl("apply", "-f", str(REPO / "manifests/overlays/daemonset/webhook/priorityclass.yaml"))
         made.append("pdp-injector-webhook")
     h.kubectl("apply", "-f", "-", input={"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                                          "metadata": {"name": "e2e-other"}, "value": 1000})
@@ -1204,13 +1204,13 @@ def _(h):
 @case("flagd-node-manifests-accepted")
 def _(h):
     # The node-local flagd as overlays/flagd-node-k8s-1.20 renders it, judged by this apiserver (1.20.2 when the
-    # tier builds its own): the FeatureFlag CRD (components/flagd-node-crd) and the namespace flagd-node created
+    # tier builds its own): the FeatureFlag CRD (pdp.flagdNode.installCRD) and the namespace flagd-node created
     # for real, then every object of the overlay sent as a server-side dry run, so this version's schemas,
     # defaulting and admission see them and the FeatureFlag is checked against the CRD's schema. Only the CRD and
     # the namespace are stored (no flagd runs: no image of it is reachable here).
     if needs_local(h):
         return
-    crd = REPO / "manifests/components/flagd-node-crd/featureflags-crd.yaml"
+    crd = REPO / "manifests/overlays/flagd-node-crd/flagd-node/featureflags-crd.yaml"
     rendered = h.kubectl("kustomize", str(REPO / "manifests/overlays/flagd-node-k8s-1.20")).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d]
     kinds = {d["kind"] for d in docs}
@@ -1287,11 +1287,11 @@ def _(h):
 
 @case("check-flags-nothing-in-order-with-the-shipped-role-and-no-secret-read")
 def _(h):
-    # check as its shipped role allows (manifests/base/rbac-check.yaml): list and get, no Secret. The serving
+    # check as its shipped role allows (manifests/overlays/daemonset/webhook/rbac-check.yaml): list and get, no Secret. The serving
     # certificate is judged at the live endpoint against caBundle; the Secret is said to be unreadable (info).
     if needs_local(h):
         return
-    h.kubectl("apply", "-f", str(REPO / "manifests/base/rbac-check.yaml"))
+    h.kubectl("apply", "-f", str(REPO / "manifests/overlays/daemonset/webhook/rbac-check.yaml"))
     for kind in ["clusterrolebinding", "rolebinding"]:
         args = ["create", kind, "e2e-checker", f"--{'clusterrole' if kind == 'clusterrolebinding' else 'role'}"
                 "=pdp-injector-check", "--user=e2e-checker"] + (["-n", "pdp-system"] if kind == "rolebinding" else [])

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE_CONFIG = ROOT / "manifests/base/config.yaml"
+BASE_CONFIG = ROOT / "manifests/overlays/daemonset/config.yaml"
 CENTRAL_CONFIG = ROOT / "docs/examples/central.config.yaml"
 # What the Downward API gives the app in these cases.
 NODE_IP = "10.0.1.7"

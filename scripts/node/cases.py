@@ -66,7 +66,7 @@ HELM_VALUES = ["-f", CHART / "ci/mixed-values.yaml", "--set", f"pdp.central.clus
                # flagd's gRPC sync from this project: the central source, a relay per node, the FeatureFlag CRD.
                "--set", "pdp.flagSync.enabled=true", "--set", "pdp.flagSync.installCRD=true"]
 HELM = None
-POLICY = REPO / "manifests/components/pdp-daemonset/policies/document.yaml"
+POLICY = REPO / "charts/pdp-injector/files/policies/document.yaml"
 CLIENT = "localhost/pdp-injector-node/pdpclient:dev"
 BUSYBOX = "docker.io/library/busybox:1.37.0"
 CERBOS_NEXT = "localhost/pdp-injector-node/cerbos:next"
@@ -1207,7 +1207,7 @@ def _(shared):
             "ca.crt": f"{d}/client-ca.crt", "tls.crt": f"{d}/client.crt", "tls.key": f"{d}/client.key"}))
         kubectl("-n", ns, "create", "configmap", "pdp-node-ca", f"--from-file=ca.crt={d}/server-ca.crt")
         t = time.monotonic()
-        # The chart's options: components/pdp-front-tls and pdp-front-client-auth (the Secrets from openssl
+        # The chart's options: pdp.nodeLocal.tls and its clientCertificates (the Secrets from openssl
         # above, as from any PKI without cert-manager), and the app namespace's identities only.
         helm("upgrade", RELEASE, CHART, "--reuse-values", "--set", "pdp.nodeLocal.tls.enabled=true",
              "--set", "pdp.nodeLocal.tls.clientCertificates=true",

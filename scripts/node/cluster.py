@@ -449,7 +449,7 @@ def up(args):
            timeout=300)
         log(f"image {name} imported")
 
-    # The CSI node plugin's Bidirectional mount of the kubelet's Pod directory (components/pdp-daemonset,
+    # The CSI node plugin's Bidirectional mount of the kubelet's Pod directory (templates/cerbos-node/csi-node.yaml,
     # csi-node.yaml) needs that directory on a shared mount: containerd 1.6 refuses the container otherwise
     # ("path ... is mounted on ... but it is not a shared mount"), and / is private here. So the kubelet's root
     # is a bind mount of itself, made rshared; down unmounts it with every mount under STATE.

@@ -1,4 +1,4 @@
-//! Every read `check` makes: list and get only (manifests/base/rbac-check.yaml grants exactly these), and one
+//! Every read `check` makes: list and get only (manifests/overlays/daemonset/webhook/rbac-check.yaml grants exactly these), and one
 //! TLS handshake with the live endpoint. A read that fails is kept as its error, so the report says what it
 //! could not check rather than stopping.
 

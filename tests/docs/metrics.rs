@@ -140,7 +140,7 @@ fn metrics_named_in_the_docs_exist() {
         sans.iter()
             .any(|s| job["tls_config"]["server_name"] == s.as_str())
     );
-    let deployment = read("manifests/base/deployment.yaml");
+    let deployment = read("manifests/overlays/daemonset/webhook/deployment.yaml");
     assert_eq!(job["relabel_configs"][0]["regex"], "pdp-injector;https");
     assert!(deployment.contains("app.kubernetes.io/name: pdp-injector"));
     assert!(deployment.contains("- name: https\n              containerPort: 8443"));

@@ -7,7 +7,7 @@ use std::path::Path;
 use pdp_injector::config::Config;
 
 use crate::examples::examples;
-use crate::support::{markdown_files, read, root, snippet_files};
+use crate::support::{configmap_data, markdown_files, read, root, snippet_files};
 
 #[test]
 fn inject_commands_in_the_docs_use_their_examples_flags() {
@@ -52,7 +52,7 @@ fn inject_commands_in_the_docs_use_their_examples_flags() {
 fn names_ports_and_paths_in_the_docs_are_the_rendered_ones() {
     let config = Config::builtin();
     // The shipped config's profiles (the node-local flagd ones) are rendered by the docs' examples too.
-    let shipped = Config::load(&root().join("manifests/base/config.yaml")).unwrap();
+    let shipped = Config::load(&root().join("manifests/overlays/daemonset/config.yaml")).unwrap();
     let mut env_names = BTreeSet::new();
     let mut sockets = BTreeSet::new();
     let mut ports = BTreeSet::from([8443u16]);
@@ -150,7 +150,7 @@ fn names_ports_and_paths_in_the_docs_are_the_rendered_ones() {
     );
     // The node's endpoints are the front's: gRPC on hostPort 3593 and the stable socket; the PDP behind it
     // publishes nothing and listens on its own per-Pod sockets, which the front forwards to.
-    let front = read("manifests/components/pdp-daemonset/front.yaml");
+    let front = read("manifests/overlays/daemonset/cerbos-node/front.yaml");
     assert!(
         front.contains("hostPort: 3593"),
         "the front publishes gRPC on 3593"
@@ -159,12 +159,16 @@ fn names_ports_and_paths_in_the_docs_are_the_rendered_ones() {
         front.contains(&format!("--socket={}", cerbos.socket.path())),
         "the front serves the profile's socket"
     );
-    let daemonset = read("manifests/components/pdp-daemonset/daemonset.yaml");
+    let daemonset = read("manifests/overlays/daemonset/cerbos-node/daemonset.yaml");
     assert!(
         !daemonset.contains("hostPort:"),
         "the PDP publishes no port (its surge Pod must fit next to the old one)"
     );
-    let server = read("manifests/components/pdp-daemonset/cerbos-config.yaml");
+    let server = configmap_data(
+        "manifests/overlays/daemonset/cerbos-node/configmaps.yaml",
+        "cerbos-pdp-config",
+        "config.yaml",
+    );
     assert!(
         server.contains("httpListenAddr: \"unix:/var/run/cerbos-instances/${POD_NAME}.http.sock\"")
             && server.contains(
@@ -226,7 +230,7 @@ fn links_and_paths_in_the_docs_exist() {
     }
     // The README names the image the manifests pull.
     let readme = read("README.md");
-    let deployment = read("manifests/base/deployment.yaml");
+    let deployment = read("manifests/overlays/daemonset/webhook/deployment.yaml");
     let image = deployment
         .lines()
         .find_map(|l| l.trim().strip_prefix("image: "))

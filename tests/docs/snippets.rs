@@ -16,7 +16,7 @@ use pdp_testkit::dir::TempDir;
 use pdp_testkit::process::{Running, wait_for};
 use pdp_testkit::skip::cannot_run;
 
-use crate::support::{read, root};
+use crate::support::{configmap_data, read, root};
 
 /// The ways a Pod can be wired, with the example whose rendered environment the app sees.
 const MODES: [(&str, &str); 4] = [
@@ -207,7 +207,7 @@ fn app_snippets_work_where_the_docs_say_against_cerbos() {
         );
     }
     let tmp = TempDir::new("cerbos");
-    let policies = root().join("manifests/components/pdp-daemonset/policies");
+    let policies = root().join("charts/pdp-injector/files/policies");
     let socket = tmp.path().join("cerbos.sock");
     let cerbos = &Config::builtin().profiles["cerbos"];
 
@@ -239,19 +239,23 @@ fn app_snippets_work_where_the_docs_say_against_cerbos() {
     };
     let mut failures = Vec::new();
 
-    // The node-local PDP as manifests/components/pdp-daemonset runs it: Cerbos on its own instance sockets
+    // The node-local PDP as the chart's templates/cerbos-node run it: Cerbos on its own instance sockets
     // (${POD_NAME}.grpc.sock and .http.sock), and the front on the node's port and socket.
     let instances = tmp.path().join("instances");
     fs::create_dir_all(&instances).unwrap();
-    let config = read("manifests/components/pdp-daemonset/cerbos-config.yaml")
-        .replace(
-            "/var/run/cerbos-instances",
-            &instances.display().to_string(),
-        )
-        .replace(
-            "directory: /policies",
-            &format!("directory: {}", policies.display()),
-        );
+    let config = configmap_data(
+        "manifests/overlays/daemonset/cerbos-node/configmaps.yaml",
+        "cerbos-pdp-config",
+        "config.yaml",
+    )
+    .replace(
+        "/var/run/cerbos-instances",
+        &instances.display().to_string(),
+    )
+    .replace(
+        "directory: /policies",
+        &format!("directory: {}", policies.display()),
+    );
     fs::write(tmp.path().join("config.yaml"), config).unwrap();
     let tls_front = tmp.path().join("front-tls");
     let tls_app = tmp.path().join("app-tls");
@@ -298,7 +302,7 @@ fn app_snippets_work_where_the_docs_say_against_cerbos() {
             TcpStream::connect(("127.0.0.1", 3593)).is_err()
                 && TcpStream::connect(("127.0.0.1", 3592)).is_err()
         });
-        // TLS on the port with client certificates required, as components/pdp-front-tls and
+        // TLS on the port with client certificates required, as pdp.nodeLocal.tls and
         // pdp-front-client-auth configure the front.
         let tls_flags = [
             format!("--tls-cert={}", tls_front.join("tls.crt").display()),

@@ -17,6 +17,17 @@ pub fn read(rel: &str) -> String {
     fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
+/// One key of a ConfigMap in a manifests file (`rel`), for example the Cerbos config the node-local PDP reads.
+pub fn configmap_data(rel: &str, name: &str, key: &str) -> String {
+    let docs =
+        pdp_injector::offline::parse_stream(&read(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    docs.iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == name)
+        .and_then(|d| d["data"][key].as_str())
+        .unwrap_or_else(|| panic!("{rel}: no ConfigMap {name} with data {key}"))
+        .to_string()
+}
+
 /// `UPDATE_GOLDEN=1`: refresh the expected files instead of comparing (refused under CI=true).
 pub fn updating() -> bool {
     pdp_testkit::skip::refreshing()

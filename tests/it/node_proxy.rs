@@ -2134,7 +2134,7 @@ mod cerbos {
             let http = instances.join(format!("{name}.http.sock"));
             let policies = concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/manifests/components/pdp-daemonset/policies"
+                "/charts/pdp-injector/files/policies"
             );
             let config = dir.join(format!("{name}.yaml"));
             std::fs::write(

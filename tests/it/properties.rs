@@ -572,7 +572,7 @@ fn review_keeps_an_app_value_of_a_fixed_profile_variable() {
     use base64::Engine;
     use pdp_injector::admission::review;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let config = Config::load(&root.join("manifests/base/config.yaml")).unwrap();
+    let config = Config::load(&root.join("manifests/overlays/daemonset/config.yaml")).unwrap();
     let pod = serde_json::json!({
         "metadata": {"name": "p", "annotations": {
             "pdp-injector.io/inject": "daemonset", "pdp-injector.io/profile": "flagd-in-process"}},

@@ -89,6 +89,6 @@ pub const DEFAULT_SECRET: &str = "pdp-injector-tls";
 /// The ConfigMap with `config.yaml`.
 pub const DEFAULT_CONFIG_MAP: &str = "pdp-injector-config";
 
-/// The webhook's own PriorityClass (manifests/base/priorityclass.yaml): the webhook refuses every other Pod that
+/// The webhook's own PriorityClass (manifests/overlays/daemonset/webhook/priorityclass.yaml): the webhook refuses every other Pod that
 /// names it, in every namespace it is called for.
 pub const PRIORITY_CLASS_WEBHOOK: &str = "pdp-injector-webhook";

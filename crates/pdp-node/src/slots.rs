@@ -10,7 +10,7 @@
 //!
 //! Every connection the front serves is one connection to the PDP instance behind it, so the PDP's memory
 //! limit must hold its own base plus `tcp + socket` connections (Cerbos: about 64 KiB each; the shipped
-//! DaemonSet's figures are in manifests/components/pdp-daemonset/front.yaml).
+//! DaemonSet's figures are in manifests/overlays/daemonset/cerbos-node/front.yaml).
 //!
 //! At an endpoint's bound a new connection takes the place of the open connection that has been quiet the
 //! longest (between two exchanges, or never used), which is closed: what an HTTP server does with idle

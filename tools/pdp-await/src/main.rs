@@ -15,7 +15,7 @@
 //!   its shared process namespace: writes FILE once no app process has been left for D. `wait --record FILE`
 //!   gives it the PDP's processes, which are not apps.
 //! - `exec --unlink-stale PATH... -- PROGRAM ARGS...`: the command of the node-local flagd
-//!   (manifests/components/flagd-node): removes each PATH that is a socket nobody answers on, then becomes
+//!   (the chart's templates/flagd-node): removes each PATH that is a socket nobody answers on, then becomes
 //!   PROGRAM. flagd (Go) refuses to bind a socket path that exists and never removes one it did not close, so a
 //!   flagd container killed uncleanly (OOM, SIGKILL) could not restart in its Pod; this runs before every start
 //!   of that container (the helper lives in an emptyDir of the Pod, so it survives the restarts).

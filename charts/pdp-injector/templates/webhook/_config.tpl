@@ -115,7 +115,7 @@ toolsImage: {{ include "pdp.image" .Values.image }}
 #                      refuses; needs central (docs/deployment-models.md, "Fallback to the central PDP")
 #
 # The daemonset-mode values of the cerbos profile (ports 3592/3593, socket /var/run/cerbos/cerbos.sock) must
-# match the cerbos-pdp DaemonSet in components/pdp-daemonset.
+# match the cerbos-pdp DaemonSet in templates/cerbos-node.
 profiles:
   cerbos:
     {{- if include "pdp.central" . }}
@@ -142,7 +142,7 @@ profiles:
       caConfigMap: pdp-node-ca
       serverName: pdp-node-front.pdp-node.svc
       clientCertificate: true
-  # The node-local Cerbos by a node-local Service (components/pdp-node-service, Kubernetes 1.22+: Service
+  # The node-local Cerbos by a node-local Service (pdp.nodeLocal.service, Kubernetes 1.22+: Service
   # pdp-node-front with internalTrafficPolicy: Local), for clusters that forbid hostPort. Pods annotated
   # pdp-injector.io/inject: central and pdp-injector.io/profile: cerbos-node-service reach the front on their own
   # node by the Service's name (gRPC 3593, HTTP 3592). Without that component the name does not resolve.
@@ -150,7 +150,7 @@ profiles:
     extends: cerbos
     central:
       address: pdp-node-front.pdp-node.svc:3593
-  # The node-local flagd of components/flagd-node (overlays/flagd-node), three ways. Their ports must match that
+  # The node-local flagd of templates/flagd-node (overlays/flagd-node), three ways. Their ports must match that
   # component's front (flagd-node-front): evaluation on the node's port 8013, sync on 8015. TCP only
   # (hostSocket: false), so they work at every Pod Security level and next to the cerbos profile in one Pod
   # (two profiles with a node socket collide on its volume). The front's sockets, for Pods in privileged

@@ -392,7 +392,7 @@ fn builtin_and_shipped_configs_pass_every_check() {
     let root = &Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut configs = vec![("built-in".to_string(), Config::builtin())];
     for file in [
-        "manifests/base/config.yaml",
+        "manifests/overlays/daemonset/config.yaml",
         "manifests/overlays/sidecar-only/config.yaml",
         "tests/golden/custom/config.yaml",
         "fuzz/seeds/config/every-key.yaml",

@@ -162,7 +162,7 @@ pub(super) fn nodes_section(
                 covered.1
             ),
         ));
-        // The node-local front of the same namespace (components/pdp-daemonset): it owns the node's port and
+        // The node-local front of the same namespace (the chart's templates/cerbos-node): it owns the node's port and
         // socket, so a node without it leaves its apps without a PDP as surely as a node without the PDP.
         if let Some(front) = daemonsets.iter().find(|d| {
             d.metadata.namespace.as_deref() == Some(ds_ns.as_str())

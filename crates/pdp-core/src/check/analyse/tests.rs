@@ -21,7 +21,9 @@ fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
 
 /// The shipped configuration, registered with a caBundle.
 fn registered(ca_pem: &str) -> MutatingWebhookConfiguration {
-    let text = include_str!("../../../../../manifests/base/mutatingwebhookconfiguration.yaml");
+    let text = include_str!(
+        "../../../../../manifests/overlays/daemonset/webhook/mutatingwebhookconfiguration.yaml"
+    );
     let mut v: Value = serde_saphyr::from_str(text).unwrap();
     use base64::Engine;
     let b64 = base64::engine::general_purpose::STANDARD.encode(ca_pem);

@@ -23,9 +23,9 @@ pub const ENTRIES: [(&str, &str); 2] = [
     ("pods.pdp-injector.io", "Ignore"),
 ];
 
-/// Labels that mark the node-local PDP DaemonSets of manifests/components/pdp-daemonset.
+/// Labels that mark the node-local PDP DaemonSets of the chart's templates/cerbos-node.
 pub const PDP_COMPONENT_LABEL: (&str, &str) = ("app.kubernetes.io/component", "pdp");
-/// The label of the node-local front's DaemonSet (components/pdp-daemonset, pdp-node-front).
+/// The label of the node-local front's DaemonSet (templates/cerbos-node/front.yaml, pdp-node-front).
 pub const FRONT_COMPONENT_LABEL: (&str, &str) = ("app.kubernetes.io/component", "pdp-front");
 
 /// Where the installed pieces are (flags of `check`, defaults from manifests/).
