@@ -67,6 +67,9 @@ HELM_VALUES = ["-f", CHART / "ci/mixed-values.yaml", "--set", f"pdp.central.clus
                "--set", "pdp.flagSync.enabled=true", "--set", "pdp.flagSync.installCRD=true"]
 HELM = None
 POLICY = REPO / "charts/pdp-injector/files/policies/document.yaml"
+# The chart as it was before its templates became one file per object (they read the kustomize manifests then),
+# packaged by `helm package`: the release the upgrade case starts from (scripts/node/previous-chart/README.md).
+PREVIOUS_CHART = REPO / "scripts/node/previous-chart/pdp-injector-0.1.0.tgz"
 CLIENT = "localhost/pdp-injector-node/pdpclient:dev"
 BUSYBOX = "docker.io/library/busybox:1.37.0"
 CERBOS_NEXT = "localhost/pdp-injector-node/cerbos:next"
@@ -1802,6 +1805,50 @@ def wait_new_pods_wired(ns, mode):
             raise RuntimeError(err)
         return (status_of(out) or {}).get("mode") == mode
     wait_for(f"new Pods of {ns} wired in {mode} mode", wired, 180, interval=2)
+
+
+@case("helm-upgrade-from-the-previous-chart-zero-failed-admissions-and-checks")
+def _(shared):
+    # Back to the previous chart, then up to this one, with --reuse-values. The two differ in the webhook's config
+    # text and an empty `lifecycle` in its Deployment, so the first upgrade rolls the webhook (2 replicas, maxSurge
+    # 1, maxUnavailable 0). Meanwhile Pods are admitted in an opted-in namespace (Fail policy; server-side dry runs,
+    # one after another) and the app checks every 100 ms over the node's ports and socket: zero failures of each.
+    ns, pod, before = watch_client(shared)
+    since, restarts = time.monotonic(), client_restarts(ns, pod)
+    admit_ns = namespace("upgrade-admit", {"pdp-injector.io/injection": "enabled"})
+    stop, admitted, refused = threading.Event(), [0], []
+
+    def admit():
+        while not stop.is_set():
+            p = kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                        input=pending_pod(f"probe-{admitted[0] + len(refused)}", admit_ns), check_rc=False)
+            if p.returncode == 0 and status_of(json.loads(p.stdout)):
+                admitted[0] += 1
+            else:
+                refused.append(one_line(p.stderr or "admitted without its PDP", 300))
+    generation = get("deployment", "pdp-injector", "pdp-system")["metadata"]["generation"]
+    thread = threading.Thread(target=admit, daemon=True)
+    thread.start()
+    try:
+        for chart, what in ((PREVIOUS_CHART, "the previous chart"), (CHART, "this chart")):
+            t = time.monotonic()
+            helm("upgrade", RELEASE, chart, "--reuse-values", timeout=300)
+            rollout("deployment", "pdp-injector", "pdp-system", 180)
+            figure(f"  helm upgrade to {what}: the webhook rolled out in {time.monotonic() - t:.1f}s")
+        time.sleep(2)
+    finally:
+        stop.set()
+        thread.join(60)
+    now = get("deployment", "pdp-injector", "pdp-system")["metadata"]["generation"]
+    # The way back leaves the live `lifecycle: {}` in place (nothing to roll): one rollout, on the way down.
+    check(now > generation, f"the webhook Deployment did not roll on the upgrades (generation {generation} -> {now})")
+    figure(f"  webhook Deployment generation {generation} -> {now}")
+    figure(f"  Pods admitted during both upgrades: {admitted[0]} injected, {len(refused)} refused or not injected")
+    check(not refused and admitted[0] >= 10,
+          f"admissions during the upgrades: {admitted[0]} injected, refused: {refused[:4]}")
+    config = get("configmap", "pdp-injector-config", "pdp-system")["data"]["config.yaml"]
+    check("toolsImage: " in config.replace("# toolsImage:", ""), "the release's config is not this chart's")
+    swap_failures(ns, pod, before, "helm upgrade from the previous chart and back", since, restarts)
 
 
 @case("helm-upgrade-switches-the-default-model-check-names-the-pods-to-restart")
