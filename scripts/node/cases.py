@@ -1811,23 +1811,16 @@ def wait_new_pods_wired(ns, mode):
 def _(shared):
     # Back to the previous chart, then up to this one, with --reuse-values. The two differ in the webhook's config
     # text and an empty `lifecycle` in its Deployment, so the first upgrade rolls the webhook (2 replicas, maxSurge
-    # 1, maxUnavailable 0). Meanwhile Pods are admitted in an opted-in namespace (Fail policy; server-side dry runs,
-    # one after another) and the app checks every 100 ms over the node's ports and socket: zero failures of each.
+    # 1, maxUnavailable 0). Meanwhile Pods are created in an opted-in namespace (Fail policy; Pending, never
+    # scheduled) and the app checks every 100 ms over the node's ports and socket: zero failures of each.
     ns, pod, before = watch_client(shared)
     since, restarts = time.monotonic(), client_restarts(ns, pod)
     admit_ns = namespace("upgrade-admit", {"pdp-injector.io/injection": "enabled"})
-    stop, admitted, refused = threading.Event(), [0], []
-
-    def admit():
-        while not stop.is_set():
-            p = kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
-                        input=pending_pod(f"probe-{admitted[0] + len(refused)}", admit_ns), check_rc=False)
-            if p.returncode == 0 and status_of(json.loads(p.stdout)):
-                admitted[0] += 1
-            else:
-                refused.append(one_line(p.stderr or "admitted without its PDP", 300))
+    stop, result = threading.Event(), {}
     generation = get("deployment", "pdp-injector", "pdp-system")["metadata"]["generation"]
-    thread = threading.Thread(target=admit, daemon=True)
+    thread = threading.Thread(target=lambda: result.update(
+        zip(("created", "failures", "not_injected"), create_loop(admit_ns, stop.is_set, "u", interval=0.2))),
+        daemon=True)
     thread.start()
     try:
         for chart, what in ((PREVIOUS_CHART, "the previous chart"), (CHART, "this chart")):
@@ -1843,9 +1836,11 @@ def _(shared):
     # The way back leaves the live `lifecycle: {}` in place (nothing to roll): one rollout, on the way down.
     check(now > generation, f"the webhook Deployment did not roll on the upgrades (generation {generation} -> {now})")
     figure(f"  webhook Deployment generation {generation} -> {now}")
-    figure(f"  Pods admitted during both upgrades: {admitted[0]} injected, {len(refused)} refused or not injected")
-    check(not refused and admitted[0] >= 10,
-          f"admissions during the upgrades: {admitted[0]} injected, refused: {refused[:4]}")
+    created, failures, not_injected = result["created"], result["failures"], result["not_injected"]
+    figure(f"  Pods created during both upgrades: {created}, {len(failures)} refused, {len(not_injected)} not injected")
+    check(not failures and not not_injected and created >= 10,
+          f"creations during the upgrades: {created} created, refused: {failures[:4]}, not injected: "
+          f"{not_injected[:4]}")
     config = get("configmap", "pdp-injector-config", "pdp-system")["data"]["config.yaml"]
     check("toolsImage: " in config.replace("# toolsImage:", ""), "the release's config is not this chart's")
     swap_failures(ns, pod, before, "helm upgrade from the previous chart and back", since, restarts)

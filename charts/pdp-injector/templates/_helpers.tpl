@@ -85,3 +85,21 @@ unhealthyPodEvictionPolicy: AlwaysAllow # a crash-looping replica never blocks a
 {{- if .Values.pdp.flagdNode.enabled -}}{{- $ns = append $ns "flagd-node" -}}{{- end -}}
 {{- toJson $ns -}}
 {{- end -}}
+
+{{/* The Cerbos policies ConfigMap of a PDP's namespace: the sample policy (files/policies/document.yaml).
+(list $ namespace) */}}
+{{- define "pdp.cerbosPolicies" -}}
+{{- $root := index . 0 -}}
+# The sample policy (files/policies/document.yaml); replace this ConfigMap's data with your policies.
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cerbos-policies
+  namespace: {{ index . 1 }}
+  labels:
+    {{- include "pdp.labels" $root | nindent 4 }}
+    app.kubernetes.io/name: cerbos-pdp
+data:
+  document.yaml: |
+    {{- $root.Files.Get "files/policies/document.yaml" | nindent 4 }}
+{{- end -}}
