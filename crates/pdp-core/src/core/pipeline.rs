@@ -92,8 +92,7 @@ pub fn inject(pod: &Pod, ns: &NamespaceInfo, config: &Config) -> Outcome {
     inject_as(pod, ns, config, Form::Wire)
 }
 
-/// [`inject`] with the patch's values in `form`: [`Form::Apply`] for a caller that applies the patch (the
-/// offline command).
+/// [`inject`] with the patch's values in `form`: [`Form::Apply`] for a caller that applies the patch.
 pub fn inject_as(pod: &Pod, ns: &NamespaceInfo, config: &Config, form: Form) -> Outcome {
     inject_json_as(&pod_json(pod), ns, config, form)
 }

@@ -2,12 +2,10 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::config::Config;
-use crate::core::{Form, Outcome, inject_as};
+use crate::core::{Form, Outcome, PodView, inject_view_as};
 use crate::core::{NamespaceInfo, Reason};
 use crate::names::LABEL_NAMESPACE_INJECTION;
 
@@ -315,20 +313,15 @@ fn inject_document(
 
     let template = doc
         .pointer_mut(pointer)
+        .filter(|t| t.is_object())
         .ok_or_else(|| fail(format!("has no Pod template at {pointer}")))?;
-    let pod = if pointer.is_empty() {
-        Pod::deserialize(&*template)
-    } else {
-        PodTemplateSpec::deserialize(&*template).map(|t| Pod {
-            metadata: t.metadata.unwrap_or_default(),
-            spec: t.spec,
-            status: None,
-        })
-    }
-    .map_err(|e| fail(format!("is not a valid {kind}: {e}")))?;
+    // The view is parsed from the document's own JSON, as the webhook parses the apiserver's: a Pod template has
+    // a Pod's `metadata` and `spec` keys, so the same view, decision and patch apply to it.
+    let text = pod_text(template);
+    let view = PodView::parse(&text).map_err(|e| fail(format!("is not a valid {kind}: {e}")))?;
 
     // The patch is applied below: its values as trees, moved into the document.
-    let outcome = inject_as(&pod, &ns, config, Form::Apply);
+    let outcome = inject_view_as(&view, &ns, config, Form::Apply);
     let reason = outcome.reason();
     let warnings = outcome.warnings().to_vec();
     let changed = matches!(outcome, Outcome::Injected(_));
@@ -342,15 +335,13 @@ fn inject_document(
             return Err(fail(format!("{denial}{hint}")));
         }
         Outcome::Injected(injected) => {
-            // A template may leave out `metadata` (common in Jobs and CronJobs); the typed Pod always has one,
-            // so the patch adds under it: give the template the empty mapping it stands for.
+            // The view was given the empty `metadata` a template may leave out (see `pod_text`), so the patch
+            // adds under it: give the template that mapping too.
             if let Some(t) = template.as_object_mut()
                 && !t.get("metadata").is_some_and(Value::is_object)
             {
                 t.insert("metadata".into(), Value::Object(Default::default()));
             }
-            // The patch is relative to the Pod, and a Pod template has the same `metadata` and `spec` keys, so
-            // the same patch applies to the template and keeps any field the typed structs do not know.
             injected
                 .patch
                 .apply_into(template)
@@ -366,4 +357,17 @@ fn inject_document(
         warnings,
     });
     Ok(changed)
+}
+
+/// The JSON the view of a Pod or Pod template is parsed from. A template may leave out `metadata` (common in
+/// Jobs and CronJobs): it stands for the empty mapping, which the text then has.
+fn pod_text(template: &Value) -> String {
+    match template.as_object() {
+        Some(t) if !t.get("metadata").is_some_and(Value::is_object) => {
+            let mut t: Map<String, Value> = t.clone();
+            t.insert("metadata".into(), Value::Object(Map::new()));
+            Value::Object(t).to_string()
+        }
+        _ => template.to_string(),
+    }
 }

@@ -229,3 +229,31 @@ fn errors_are_found_in_the_order_of_the_whole_stream() {
     assert!(matches!(err, OfflineError::Yaml(_)), "{err}");
     assert!(err.to_string().contains("document 2"), "{err}");
 }
+
+#[test]
+fn a_template_is_read_from_its_own_text_and_keeps_what_the_typed_structs_do_not_know() {
+    // A Job template without `metadata`, opted in by its namespace, with a field no Kubernetes type has.
+    let job = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, namespace: shop}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - {name: app, image: 'app:1', x-future-field: kept}\n";
+    let ns = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n  labels: {pdp-injector.io/injection: sidecar}\n";
+    let (out, reports) = run(&format!("{ns}---\n{job}")).unwrap();
+    assert_eq!(reports[1].reason, Some(Reason::InjectedSidecar), "{out}");
+    let docs = parse_stream(&out).unwrap();
+    let template = &docs[1]["spec"]["template"];
+    assert!(template["metadata"].is_object(), "{out}");
+    assert_eq!(
+        template["spec"]["containers"][0]["x-future-field"], "kept",
+        "{out}"
+    );
+    assert!(
+        template.pointer("/spec/initContainers/0").is_some(),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_template_of_the_wrong_shape_is_named_by_its_field() {
+    let bad = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  template:\n    spec:\n      containers:\n      - {name: [app], image: 'app:1'}\n";
+    let err = run(bad).unwrap_err().to_string();
+    assert!(err.contains("is not a valid Deployment"), "{err}");
+    assert!(err.contains("spec.containers[0].name"), "{err}");
+}

@@ -320,7 +320,7 @@ fn where_wrong(json: &str, error: serde_json::Error) -> String {
     }
 }
 
-/// The JSON of a typed Pod, for callers that hold one (the offline command, tests): the view is then parsed from
+/// The JSON of a typed Pod, for callers that hold one (`check`, tests): the view is then parsed from
 /// it, so they take exactly the webhook's path.
 pub fn pod_json(pod: &Pod) -> String {
     serde_json::to_string(pod).expect("a typed Pod serializes")
