@@ -7,9 +7,9 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use super::runtime;
-use crate::cluster::InstallNames;
-use crate::config::Config;
-use crate::names::{DEFAULT_CONFIG_MAP, DEFAULT_NAME};
+use pdp_cluster::InstallNames;
+use pdp_core::config::Config;
+use pdp_core::names::{DEFAULT_CONFIG_MAP, DEFAULT_NAME};
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum OutputFormat {
@@ -30,7 +30,7 @@ enum Model {
     Sidecar,
 }
 
-impl From<Model> for crate::config::Mode {
+impl From<Model> for pdp_core::config::Mode {
     fn from(m: Model) -> Self {
         match m {
             Model::Central => Self::Central,
@@ -91,13 +91,13 @@ pub(crate) struct CheckArgs {
     #[arg(long = "pdp-daemonset", value_parser = pdp_daemonset)]
     pdp_daemonsets: Vec<(String, String, String)>,
     /// Bound on connecting to the webhook's live endpoint.
-    #[arg(long, default_value = "3s", value_parser = crate::duration::duration_flag)]
+    #[arg(long, default_value = "3s", value_parser = pdp_core::duration::duration_flag)]
     probe_timeout: Duration,
 }
 
 /// Runs `check`; `Err` means it could not check (exit status 2).
 pub(crate) fn run(args: CheckArgs) -> anyhow::Result<u8> {
-    use crate::check::gather;
+    use pdp_check::gather;
     use pdp_core::check::analyse;
     let config = match &args.config {
         Some(path) => Some((path.display().to_string(), Config::load(path)?)),

@@ -19,7 +19,7 @@ use pdp_flagsync::{Origin, Store, SyncService};
 use prometheus_client::registry::Registry;
 
 use super::{LogArgs, init_logging, runtime, shutdown_signal};
-use crate::duration::duration_flag;
+use pdp_core::duration::duration_flag;
 
 /// A kind of flag object the cluster source watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -11,7 +11,7 @@ use clap::Args;
 use prometheus_client::registry::Registry;
 
 use super::{LogArgs, init_logging, runtime, shutdown_signal};
-use crate::heal::{HealMetrics, Healer, Options};
+use pdp_check::heal::{HealMetrics, Healer, Options};
 use pdp_core::check::heal::HEALED;
 use pdp_core::check::pods::Drift;
 
@@ -25,7 +25,7 @@ pub(crate) struct HealArgs {
     )]
     config: PathBuf,
     /// Time between rounds.
-    #[arg(long, default_value = "15s", value_parser = crate::duration::duration_flag)]
+    #[arg(long, default_value = "15s", value_parser = pdp_core::duration::duration_flag)]
     interval: Duration,
     /// Evictions in any minute, in all namespaces.
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=600))]

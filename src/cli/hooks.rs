@@ -17,9 +17,9 @@ use kube::api::{Api, DeleteParams};
 use rustls_pki_types::ServerName;
 
 use super::runtime;
-use crate::names::DEFAULT_NAME;
 use pdp_core::check::analyse::endpoint;
 use pdp_core::check::certs;
+use pdp_core::names::DEFAULT_NAME;
 use pdp_tls as tls;
 
 #[derive(Args)]
@@ -28,13 +28,13 @@ pub(crate) struct WaitReadyArgs {
     #[arg(long, env = "PDP_INJECTOR_WEBHOOK_CONFIG", default_value = DEFAULT_NAME)]
     webhook_config: String,
     /// Give up after this long (exit status 1, with the last reason).
-    #[arg(long, default_value = "180s", value_parser = crate::duration::duration_flag)]
+    #[arg(long, default_value = "180s", value_parser = pdp_core::duration::duration_flag)]
     timeout: Duration,
     /// Pause between attempts.
-    #[arg(long, default_value = "2s", value_parser = crate::duration::duration_flag)]
+    #[arg(long, default_value = "2s", value_parser = pdp_core::duration::duration_flag)]
     interval: Duration,
     /// Bound on each connection, handshake and answer.
-    #[arg(long, default_value = "3s", value_parser = crate::duration::duration_flag)]
+    #[arg(long, default_value = "3s", value_parser = pdp_core::duration::duration_flag)]
     attempt_timeout: Duration,
 }
 

@@ -5,15 +5,15 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::config::Config;
-use crate::offline;
+use pdp_core::config::Config;
+use pdp_core::offline;
 
 /// Defaults for the documents of one stream.
 #[derive(Args)]
 struct DocumentFlags {
     /// Namespace default for documents whose namespace the stream does not label: enabled, sidecar, daemonset,
     /// central or disabled (as the namespace label pdp-injector.io/injection).
-    #[arg(long, env = "PDP_INJECTOR_MODE", value_parser = crate::core::decide::namespace_label_value)]
+    #[arg(long, env = "PDP_INJECTOR_MODE", value_parser = pdp_core::core::decide::namespace_label_value)]
     mode: Option<String>,
     /// Namespace of documents that name none.
     #[arg(

@@ -19,7 +19,7 @@ pub(crate) fn router(registry: Arc<Registry>) -> axum::Router {
                 async move {
                     match result {
                         Ok(()) => (
-                            [(header::CONTENT_TYPE, crate::webhook::metrics::CONTENT_TYPE)],
+                            [(header::CONTENT_TYPE, pdp_webhook::metrics::CONTENT_TYPE)],
                             text,
                         )
                             .into_response(),

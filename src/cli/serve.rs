@@ -8,10 +8,10 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use super::{LogArgs, init_logging, runtime, shutdown_signal};
-use crate::cluster::{self, NamespaceSource, NoCluster, selfcerts};
-use crate::webhook::server::{self, ServeFlags, ServeOptions, TlsSource};
+use pdp_cluster::{NamespaceSource, NoCluster, selfcerts};
 use pdp_tls::certs;
 use pdp_tls::{TlsFiles, TlsMaterial};
+use pdp_webhook::server::{self, ServeFlags, ServeOptions, TlsSource};
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum ClusterMode {
@@ -136,7 +136,7 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     };
     runtime()?.block_on(async {
         let client = connect(args.cluster).await;
-        let counters = cluster::ClusterCounters::default();
+        let counters = pdp_cluster::ClusterCounters::default();
         let tls_source = match files {
             Some(files) => TlsSource::Files(files),
             None if args.self_managed_certs => {
@@ -168,9 +168,9 @@ pub(crate) fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         options.cluster_counters = counters.clone();
         let namespaces: Arc<dyn NamespaceSource> = match &client {
             Some(client) => {
-                options.fit.native_sidecars = cluster::versions::native_sidecars(client).await;
-                options.csi_driver = Some(cluster::csi_driver::watch(client).await);
-                Arc::new(cluster::ClusterNamespaces::spawn(
+                options.fit.native_sidecars = pdp_cluster::versions::native_sidecars(client).await;
+                options.csi_driver = Some(pdp_cluster::csi_driver::watch(client).await);
+                Arc::new(pdp_cluster::ClusterNamespaces::spawn(
                     client.clone(),
                     counters.clone(),
                 ))

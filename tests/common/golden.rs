@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use pdp_injector::offline::Options;
+use pdp_core::offline::Options;
 
 /// The flags of a case: the library's options and the `--config` file, if any (relative to `base`).
 pub struct Flags {

@@ -4,10 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Pod;
-use pdp_injector::admission;
-use pdp_injector::config::Config;
-use pdp_injector::core::{NamespaceInfo, Outcome, Reason, WarningCode, inject};
-use pdp_injector::offline;
+use pdp_core::admission;
+use pdp_core::config::Config;
+use pdp_core::core::{NamespaceInfo, Outcome, Reason, WarningCode, inject};
+use pdp_core::offline;
 use serde_json::{Value, json};
 
 use crate::examples::{Example, examples};
@@ -153,14 +153,14 @@ fn every_denial_message_is_documented_exactly() {
         "docs/annotations.md lacks {prefix:?}: <field>: <parse error> (from {not_a_pod:?})"
     );
     covered.insert(Reason::InvalidObject.code());
-    // The webhook's refusal of a Pod whose opted-in namespace it cannot read (src/webhook/review.rs).
-    let unreadable = pdp_injector::core::Denial::namespace_unreadable("shop", "<error>");
+    // The webhook's refusal of a Pod whose opted-in namespace it cannot read (crates/pdp-webhook/src/review.rs).
+    let unreadable = pdp_core::core::Denial::namespace_unreadable("shop", "<error>");
     assert!(
         text.contains(&unreadable.to_string()),
         "docs/annotations.md lacks {unreadable}"
     );
     covered.insert(unreadable.reason.code());
-    let doubt = pdp_injector::core::Denial::namespace_doubt("shop", "<error>");
+    let doubt = pdp_core::core::Denial::namespace_doubt("shop", "<error>");
     assert!(
         text.contains(&doubt.to_string()),
         "docs/annotations.md lacks {doubt}"
@@ -168,7 +168,7 @@ fn every_denial_message_is_documented_exactly() {
     // A Pod over the container bound: generated, since an example file would hold 129 containers.
     let many: Pod = serde_json::from_value(json!({
         "metadata": {"name": "app", "annotations": {"pdp-injector.io/inject": "daemonset"}},
-        "spec": {"containers": (0..=pdp_injector::core::pipeline::MAX_CONTAINERS)
+        "spec": {"containers": (0..=pdp_core::core::pipeline::MAX_CONTAINERS)
             .map(|i| json!({"name": format!("c{i}"), "image": "x"}))
             .collect::<Vec<_>>()}
     }))
@@ -184,7 +184,7 @@ fn every_denial_message_is_documented_exactly() {
     // A Pod naming the webhook's own PriorityClass.
     let reserved: Pod = serde_json::from_value(json!({
         "metadata": {"name": "app"},
-        "spec": {"priorityClassName": pdp_injector::names::PRIORITY_CLASS_WEBHOOK,
+        "spec": {"priorityClassName": pdp_core::names::PRIORITY_CLASS_WEBHOOK,
                  "containers": [{"name": "app", "image": "x"}]}
     }))
     .unwrap();

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use pdp_injector::config::Config;
-use pdp_injector::offline;
+use pdp_core::config::Config;
+use pdp_core::offline;
 use serde_json::{Value, json};
 
 use pdp_testkit::dir::TempDir;
@@ -200,7 +200,7 @@ fn config_hashes_query_runs() {
         &json!({"apiVersion": "v1", "kind": "List", "items": items}),
     );
     let config = Config::builtin();
-    let version = pdp_injector::names::VERSION;
+    let version = pdp_core::names::VERSION;
     let hash = &config.hash;
     let lines: Vec<String> = stdout
         .lines()

@@ -5,8 +5,8 @@ use std::fs;
 use std::process::{Command, Output, Stdio};
 use std::sync::Once;
 
-use pdp_injector::config::Config;
-use pdp_injector::offline::{self, Options};
+use pdp_core::config::Config;
+use pdp_core::offline::{self, Options};
 
 use crate::support::{BIN, read, root, updating};
 

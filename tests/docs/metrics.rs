@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use pdp_injector::webhook::metrics::Metrics;
+use pdp_webhook::metrics::Metrics;
 use serde_json::Value;
 
 use crate::support::{markdown_files, read};
@@ -82,7 +82,7 @@ pub fn metrics_table() -> String {
 /// The names `pdp-injector heal` exports on its own /metrics.
 fn heal_families() -> BTreeSet<String> {
     let mut registry = prometheus_client::registry::Registry::default();
-    pdp_injector::heal::HealMetrics::default().register(&mut registry);
+    pdp_check::heal::HealMetrics::default().register(&mut registry);
     let mut text = String::new();
     prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).unwrap();
     text.lines()

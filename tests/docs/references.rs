@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use pdp_injector::config::Config;
+use pdp_core::config::Config;
 
 use crate::examples::examples;
 use crate::support::{configmap_data, markdown_files, read, root, snippet_files};

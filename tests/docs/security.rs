@@ -30,11 +30,7 @@ fn sources() -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for d in [
         "src",
-        "crates/pdp-core/src",
-        "crates/pdp-csi/src",
-        "crates/pdp-node/src",
-        "crates/pdp-tls/src",
-        "crates/pdp-flagsync/src",
+        "crates",
         "scripts",
         "tests",
         "tools/pdp-await/src",

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use pdp_injector::config::Config;
-use pdp_injector::offline;
+use pdp_core::config::Config;
+use pdp_core::offline;
 
 use pdp_testkit::dir::TempDir;
 use pdp_testkit::process::{Running, wait_for};

@@ -19,8 +19,7 @@ pub fn read(rel: &str) -> String {
 
 /// One key of a ConfigMap in a manifests file (`rel`), for example the Cerbos config the node-local PDP reads.
 pub fn configmap_data(rel: &str, name: &str, key: &str) -> String {
-    let docs =
-        pdp_injector::offline::parse_stream(&read(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let docs = pdp_core::offline::parse_stream(&read(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
     docs.iter()
         .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == name)
         .and_then(|d| d["data"][key].as_str())

@@ -4,9 +4,9 @@
 use std::fmt::Write as _;
 
 use k8s_openapi::api::core::v1::Pod;
-use pdp_injector::config::{Config, Mode};
-use pdp_injector::core::render::{Wiring, app_env};
-use pdp_injector::core::{NamespaceInfo, Outcome, inject};
+use pdp_core::config::{Config, Mode};
+use pdp_core::core::render::{Wiring, app_env};
+use pdp_core::core::{NamespaceInfo, Outcome, inject};
 use serde_json::json;
 
 fn pod_with(annotation: Option<&str>) -> Pod {
@@ -98,7 +98,7 @@ pub fn env_tables() -> String {
         // The built-ins name no central Service: show the one an admin would typically set.
         let address = format!("{name}.{name}.svc.cluster.local:{}", profile.address_port);
         let mut with_central = profile.clone();
-        with_central.central = Some(pdp_injector::config::CentralSpec {
+        with_central.central = Some(pdp_core::config::CentralSpec {
             address: address.clone(),
             http_address: None,
         });

@@ -1776,13 +1776,13 @@ async fn trickling_socket_connections_of_one_client_leave_other_clients_served()
 /// A namespace cache that knows one opted-in namespace, and an apiserver double behind [`FetchGuard`] (as the
 /// cluster source uses it) that counts its GETs: no other namespace exists.
 struct CountingApiserver {
-    guard: pdp_injector::cluster::namespaces::FetchGuard,
+    guard: pdp_cluster::namespaces::FetchGuard,
     gets: AtomicUsize,
 }
 
-impl pdp_injector::cluster::NamespaceSource for CountingApiserver {
-    fn lookup(&self, name: &str) -> Option<pdp_injector::core::NamespaceInfo> {
-        (name == "shop").then(|| pdp_injector::core::NamespaceInfo {
+impl pdp_cluster::NamespaceSource for CountingApiserver {
+    fn lookup(&self, name: &str) -> Option<pdp_core::core::NamespaceInfo> {
+        (name == "shop").then(|| pdp_core::core::NamespaceInfo {
             name: name.into(),
             injection: Some("daemonset".into()),
             pss_enforce: Some("privileged".into()),
@@ -1792,7 +1792,7 @@ impl pdp_injector::cluster::NamespaceSource for CountingApiserver {
     fn synced(&self) -> bool {
         true
     }
-    fn fetch<'a>(&'a self, name: &'a str) -> pdp_injector::cluster::FetchFuture<'a> {
+    fn fetch<'a>(&'a self, name: &'a str) -> pdp_cluster::FetchFuture<'a> {
         Box::pin(self.guard.fetch(name, || async {
             self.gets.fetch_add(1, Ordering::SeqCst);
             // An apiserver round trip.
@@ -1808,7 +1808,7 @@ impl pdp_injector::cluster::NamespaceSource for CountingApiserver {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long: run by scripts/hostile.sh"]
 async fn random_namespaces_cost_at_most_the_fetch_rate() {
-    use pdp_injector::webhook::server::{self, OPTED_IN_PATH, ServeOptions, TlsSource};
+    use pdp_webhook::server::{self, OPTED_IN_PATH, ServeOptions, TlsSource};
     let _serial = serial().await;
     pdp_tls::install_default_provider();
     let bundle = pdp_tls::certs::generate(&["localhost".into()], 2, 1).unwrap();
@@ -1910,7 +1910,7 @@ async fn random_namespaces_cost_at_most_the_fetch_rate() {
     stop.store(true, Ordering::SeqCst);
     let (answered, errors) = normal.await.unwrap();
     let gets = source.gets.load(Ordering::SeqCst);
-    let rate = pdp_injector::cluster::namespaces::FETCHES_PER_SECOND as f64;
+    let rate = pdp_cluster::namespaces::FETCHES_PER_SECOND as f64;
     let allowed = (rate * (1.0 + took.as_secs_f64())).ceil() as usize;
     eprintln!(
         "random namespaces: 10,000 reviews in {took:.1?}: {gets} apiserver GETs (bound {allowed}: {rate}/s and a \

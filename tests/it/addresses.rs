@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 
 use k8s_openapi::api::core::v1::{EnvVar, Pod};
-use pdp_injector::config::Config;
-use pdp_injector::core::{NamespaceInfo, Outcome, inject, patched};
+use pdp_core::config::Config;
+use pdp_core::core::{NamespaceInfo, Outcome, inject, patched};
 use serde_json::json;
 
 /// Kubernetes' `$(VAR)` expansion (`third_party/forked/golang/expansion`): a reference to a variable defined

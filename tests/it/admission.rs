@@ -1,9 +1,9 @@
 //! The AdmissionReview layer without HTTP: the webhook handler runs exactly `admission::review`.
 
 use base64::Engine;
-use pdp_injector::admission::{self, ReviewError, review};
-use pdp_injector::config::Config;
-use pdp_injector::core::NamespaceInfo;
+use pdp_core::admission::{self, ReviewError, review};
+use pdp_core::config::Config;
+use pdp_core::core::NamespaceInfo;
 use serde_json::{Value, json};
 
 const FIXTURE: &str = include_str!("../fixtures/admissionreview-v1-pod-create.json");

@@ -105,8 +105,8 @@ fn offline_regressions_and_seeds() {
 /// output is not a fixed point and later documents change their index in messages.
 #[test]
 fn offline_null_document_is_a_fixed_point() {
-    use pdp_injector::config::Config;
-    use pdp_injector::offline::{Options, inject_stream};
+    use pdp_core::config::Config;
+    use pdp_core::offline::{Options, inject_stream};
     let input = "# A namespace\n!tag\n---\nkind: ConfigMap\n";
     let (out, reports) = inject_stream(input, &Config::builtin(), &Options::default()).unwrap();
     let (again, reports_again) =

@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use pdp_injector::config::Config;
-use pdp_injector::offline::{self, Options};
+use pdp_core::config::Config;
+use pdp_core::offline::{self, Options};
 
 fn golden_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 
-use pdp_injector::offline::parse_stream;
+use pdp_core::offline::parse_stream;
 use serde_json::{Value, json};
 
 fn docs(path: &str) -> Vec<Value> {
@@ -195,10 +195,10 @@ fn webhook_registration_fails_closed_only_where_asked() {
                            "values": ["enabled", "sidecar", "daemonset", "central"]})
     );
     // Each entry has its own path, so the handler knows when the apiserver saw the namespace opted in and never
-    // answers "not opted in" from doubt there (src/webhook/review.rs, Entry).
+    // answers "not opted in" from doubt there (crates/pdp-webhook/src/review.rs, Entry).
     assert_eq!(
         by_policy("Fail")["clientConfig"]["service"]["path"],
-        pdp_injector::webhook::server::OPTED_IN_PATH
+        pdp_webhook::server::OPTED_IN_PATH
     );
     assert_eq!(
         by_policy("Ignore")["clientConfig"]["service"]["path"],
@@ -246,9 +246,9 @@ fn the_webhook_pod_is_restricted() {
 #[test]
 fn shipped_pdps_do_not_phone_home() {
     use k8s_openapi::api::core::v1::{Container, Pod};
-    use pdp_injector::config::{Config, Mode};
-    use pdp_injector::core::NamespaceInfo;
-    use pdp_injector::core::{Outcome, inject, patched};
+    use pdp_core::config::{Config, Mode};
+    use pdp_core::core::NamespaceInfo;
+    use pdp_core::core::{Outcome, inject, patched};
 
     let no_telemetry_env = |c: &Container| {
         c.env.iter().flatten().any(|e| {
@@ -809,7 +809,7 @@ fn node_local_flagd_profiles_match_the_flagd_front_and_daemonset() {
     // serves, and flagd itself owns no node port, so its DaemonSet can surge.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let config =
-        pdp_injector::config::Config::load(&root.join("manifests/overlays/daemonset/config.yaml"))
+        pdp_core::config::Config::load(&root.join("manifests/overlays/daemonset/config.yaml"))
             .unwrap();
     let ds = docs("manifests/overlays/flagd-node/flagd-node/daemonset.yaml")
         .into_iter()
@@ -1141,7 +1141,7 @@ fn every_overlay_grants_only_the_pinned_rbac() {
 /// own request (its idle size). Raising one without the others is an OOM kill waiting for a busy node.
 #[test]
 fn the_pdp_daemonsets_limit_holds_every_connection_the_front_may_serve() {
-    use pdp_injector::size::parse_size;
+    use pdp_core::size::parse_size;
     use pdp_node::slots::FrontBounds;
     let container = |path: &str, name: &str| {
         docs(path)

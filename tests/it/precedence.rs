@@ -2,8 +2,8 @@
 //! namespace `disabled` > Pod `disabled` > Pod mode > namespace mode > config default.
 
 use k8s_openapi::api::core::v1::Pod;
-use pdp_injector::config::{Config, Mode};
-use pdp_injector::core::{Decision, NamespaceInfo, Outcome, Reason, decide_pod, inject_json};
+use pdp_core::config::{Config, Mode};
+use pdp_core::core::{Decision, NamespaceInfo, Outcome, Reason, decide_pod, inject_json};
 
 fn pod(annotation: Option<&str>, label: Option<&str>) -> Pod {
     let mut meta = serde_json::json!({"name": "p"});
@@ -226,7 +226,7 @@ fn reason_codes_are_unique_snake_case() {
 /// Every value, valid or not, must mean the same to both (a second parser once called `central` invalid).
 #[test]
 fn namespace_label_means_the_same_to_the_decision_and_to_check() {
-    use pdp_injector::core::decide::namespace_mode;
+    use pdp_core::core::decide::namespace_mode;
     let mut sidecar_default = Config::builtin();
     sidecar_default.default_mode = Mode::Sidecar;
     let values = [
@@ -266,9 +266,9 @@ fn required(label: &str) -> NamespaceInfo {
     NamespaceInfo::from_labels("team", labels.iter().map(|(k, v)| (k, v)))
 }
 
-fn outcome_of(p: serde_json::Value, ns: &NamespaceInfo) -> pdp_injector::core::Outcome {
+fn outcome_of(p: serde_json::Value, ns: &NamespaceInfo) -> pdp_core::core::Outcome {
     let p: Pod = serde_json::from_value(p).unwrap();
-    pdp_injector::core::inject(&p, ns, &Config::builtin())
+    pdp_core::core::inject(&p, ns, &Config::builtin())
 }
 
 fn wired_status(annotations: serde_json::Value) -> serde_json::Value {
@@ -277,9 +277,9 @@ fn wired_status(annotations: serde_json::Value) -> serde_json::Value {
         "spec": {"containers": [{"name": "app", "image": "x"}]}
     });
     let typed: Pod = serde_json::from_value(p.clone()).unwrap();
-    match pdp_injector::core::inject(&typed, &ns(None), &Config::builtin()) {
-        pdp_injector::core::Outcome::Injected(i) => {
-            serde_json::to_value(pdp_injector::core::patched(&typed, &i.patch).unwrap()).unwrap()
+    match pdp_core::core::inject(&typed, &ns(None), &Config::builtin()) {
+        pdp_core::core::Outcome::Injected(i) => {
+            serde_json::to_value(pdp_core::core::patched(&typed, &i.patch).unwrap()).unwrap()
         }
         other => panic!("fixture not injected: {other:?}"),
     }
@@ -287,7 +287,7 @@ fn wired_status(annotations: serde_json::Value) -> serde_json::Value {
 
 #[test]
 fn a_namespace_that_requires_injection_refuses_every_way_out() {
-    use pdp_injector::core::Outcome;
+    use pdp_core::core::Outcome;
     let reason = |o: &Outcome| o.reason();
     let app = serde_json::json!([{"name": "app", "image": "x"}]);
     // Opt-outs, by annotation and by label, and the precedence table's skip elsewhere.
@@ -411,7 +411,7 @@ fn status_of_profile(profile: &str) -> serde_json::Value {
 
 #[test]
 fn a_status_recording_a_variable_its_profile_never_writes_is_wired_once() {
-    use pdp_injector::core::Outcome;
+    use pdp_core::core::Outcome;
     // Found by fuzzing: a status claiming no container yet recording a misspelt variable. The re-wiring recorded
     // every container as carrying it, and the next pass, checking that claim, wired the Pod again. A name the
     // profile never writes is no claim of ours: the status is believed, and the Pod is wired once.
@@ -429,24 +429,21 @@ fn a_status_recording_a_variable_its_profile_never_writes_is_wired_once() {
     };
     assert!(o.warnings().is_empty(), "{o:?}");
     let typed: Pod = serde_json::from_value(p).unwrap();
-    let wired = pdp_injector::core::patched(&typed, &injected.patch).unwrap();
+    let wired = pdp_core::core::patched(&typed, &injected.patch).unwrap();
     let again = outcome_of(serde_json::to_value(wired).unwrap(), &ns(None));
     assert_eq!(again.reason(), Reason::AlreadyInjected, "{again:?}");
 }
 
 #[test]
 fn a_status_recording_tls_variables_without_tls_s_flag_is_not_believed() {
-    use pdp_injector::core::Outcome;
+    use pdp_core::core::Outcome;
     // A re-wiring gives the containers it adds TLS only where the status lists TLS's flag: a status that lists
     // the CA's variable without it would be claimed of containers without the CA, and the next pass would wire
     // the Pod again. It is not believed, and the Pod is wired afresh, once.
     let config = Config::load(std::path::Path::new("tests/golden/tls/config.yaml")).unwrap();
     let inject = |p: &serde_json::Value| {
         let typed: Pod = serde_json::from_value(p.clone()).unwrap();
-        (
-            pdp_injector::core::inject(&typed, &ns(None), &config),
-            typed,
-        )
+        (pdp_core::core::inject(&typed, &ns(None), &config), typed)
     };
     let pod = serde_json::json!({
         "metadata": {"name": "p", "annotations": {"pdp-injector.io/inject": "daemonset"}},
@@ -456,7 +453,7 @@ fn a_status_recording_tls_variables_without_tls_s_flag_is_not_believed() {
         panic!("not injected")
     };
     let mut wired =
-        serde_json::to_value(pdp_injector::core::patched(&typed, &first.patch).unwrap()).unwrap();
+        serde_json::to_value(pdp_core::core::patched(&typed, &first.patch).unwrap()).unwrap();
     let key = "pdp-injector.io/status";
     let mut status: serde_json::Value =
         serde_json::from_str(wired["metadata"]["annotations"][key].as_str().unwrap()).unwrap();
@@ -484,7 +481,7 @@ fn a_status_recording_tls_variables_without_tls_s_flag_is_not_believed() {
         "{o:?}"
     );
     let rewired =
-        serde_json::to_value(pdp_injector::core::patched(&typed, &again.patch).unwrap()).unwrap();
+        serde_json::to_value(pdp_core::core::patched(&typed, &again.patch).unwrap()).unwrap();
     let (third, _) = inject(&rewired);
     assert_eq!(third.reason(), Reason::AlreadyInjected, "{third:?}");
 }
@@ -514,7 +511,7 @@ fn daemonset_ns(privileged: bool, required: bool) -> NamespaceInfo {
 /// as already wired; where injection is required it is refused.
 #[test]
 fn a_status_whose_names_are_carried_with_other_values_is_not_believed() {
-    use pdp_injector::core::Outcome;
+    use pdp_core::core::Outcome;
     use serde_json::{Value, json};
     // cerbos alone where the socket is a hostPath; cerbos,flagd (a second status) where it is not.
     let wired = |profiles: &str, privileged: bool| {
@@ -524,10 +521,9 @@ fn a_status_whose_names_are_carried_with_other_values_is_not_believed() {
         });
         let typed: Pod = serde_json::from_value(p).unwrap();
         let ns = daemonset_ns(privileged, false);
-        match pdp_injector::core::inject(&typed, &ns, &Config::builtin()) {
+        match pdp_core::core::inject(&typed, &ns, &Config::builtin()) {
             Outcome::Injected(i) => {
-                serde_json::to_value(pdp_injector::core::patched(&typed, &i.patch).unwrap())
-                    .unwrap()
+                serde_json::to_value(pdp_core::core::patched(&typed, &i.patch).unwrap()).unwrap()
             }
             other => panic!("fixture not injected: {other:?}"),
         }
@@ -628,7 +624,7 @@ fn the_webhooks_own_priority_class_is_refused_to_every_other_pod() {
     ] {
         let o = outcome_of(pod("pdp-injector-webhook", annotations), &namespace);
         assert_eq!(o.reason(), Reason::ReservedPriorityClass, "{o:?}");
-        let pdp_injector::core::Outcome::Denied(d) = &o else {
+        let pdp_core::core::Outcome::Denied(d) = &o else {
             panic!("{o:?}")
         };
         assert!(
@@ -684,7 +680,7 @@ fn flag_sets_annotation_reaches_the_selector_variable_or_is_refused_when_malform
     assert!(!patch_text(&cerbos).contains(field));
 }
 
-fn patch_text(injected: &pdp_injector::core::Injected) -> String {
+fn patch_text(injected: &pdp_core::core::Injected) -> String {
     let mut out = Vec::new();
     injected.patch.write_json(&mut out);
     String::from_utf8(out).unwrap()

@@ -4,10 +4,8 @@
 //! Security `restricted`, and the answer never depends on the order of keys.
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, Volume, VolumeMount};
-use pdp_injector::config::{Config, restricted_violations};
-use pdp_injector::core::{
-    Form, NamespaceInfo, Outcome, Reason, Status, inject, inject_as, patched,
-};
+use pdp_core::config::{Config, restricted_violations};
+use pdp_core::core::{Form, NamespaceInfo, Outcome, Reason, Status, inject, inject_as, patched};
 use std::collections::BTreeMap;
 
 /// xorshift64*: small, seeded, good enough to vary Pods.
@@ -437,7 +435,7 @@ fn reversed(v: &serde_json::Value) -> serde_json::Value {
 
 #[test]
 fn review_answers_do_not_depend_on_key_order_and_match_the_core() {
-    use pdp_injector::admission::{encode_stage, review};
+    use pdp_core::admission::{encode_stage, review};
     let config = Config::builtin();
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     let mut injected = 0;
@@ -509,7 +507,7 @@ fn review_answers_do_not_depend_on_key_order_and_match_the_core() {
 fn review_reads_only_what_it_needs_whatever_the_order() {
     // The apiserver validates the whole object after the webhooks; the webhook reads what it decides and renders
     // from. A malformed field it does not read does not change the answer, wherever it stands.
-    use pdp_injector::admission::review;
+    use pdp_core::admission::review;
     let config = Config::builtin();
     let lookup = |name: &str| NamespaceInfo::named(name);
     for pod in [
@@ -570,7 +568,7 @@ fn review_keeps_an_app_value_of_a_fixed_profile_variable() {
     // appEnv variables (the shipped flagd-in-process profile's FLAGD_RESOLVER) are injected like the address: a
     // container that defines one keeps its value, with a warning.
     use base64::Engine;
-    use pdp_injector::admission::review;
+    use pdp_core::admission::review;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let config = Config::load(&root.join("manifests/overlays/daemonset/config.yaml")).unwrap();
     let pod = serde_json::json!({

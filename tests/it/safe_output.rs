@@ -10,17 +10,17 @@
 //!   has the same structure as for a plain value.
 //! - Offline output: hostile values never add or split YAML documents.
 
-use pdp_injector::offline::template_pointer;
+use pdp_core::offline::template_pointer;
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use k8s_openapi::api::core::v1::SecurityContext;
-use pdp_injector::admission;
-use pdp_injector::config::{Config, restricted_violations};
-use pdp_injector::core::NamespaceInfo;
-use pdp_injector::offline;
+use pdp_core::admission;
+use pdp_core::config::{Config, restricted_violations};
+use pdp_core::core::NamespaceInfo;
+use pdp_core::offline;
 use serde_json::{Value, json};
 
 fn golden_root() -> PathBuf {

@@ -10,7 +10,7 @@ use hyper::body::Bytes;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use pdp_injector::cluster::selfcerts::{self, Assessment, Settings, assess};
+use pdp_cluster::selfcerts::{self, Assessment, Settings, assess};
 use serde_json::{Value, json};
 
 const SECRET: &str = "/api/v1/namespaces/pdp-system/secrets/pdp-injector-tls";

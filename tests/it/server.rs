@@ -10,11 +10,11 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
-use pdp_injector::cluster::{NamespaceSource, NoCluster, Static};
-use pdp_injector::core::NamespaceInfo;
-use pdp_injector::webhook::server::{self, Running, ServeOptions, TlsSource};
+use pdp_cluster::{NamespaceSource, NoCluster, Static};
+use pdp_core::core::NamespaceInfo;
 use pdp_tls::certs;
 use pdp_tls::{TlsFiles, TlsMaterial};
+use pdp_webhook::server::{self, Running, ServeOptions, TlsSource};
 use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1066,7 +1066,7 @@ impl NamespaceSource for LaggingCache {
     fn synced(&self) -> bool {
         true
     }
-    fn fetch<'a>(&'a self, name: &'a str) -> pdp_injector::cluster::FetchFuture<'a> {
+    fn fetch<'a>(&'a self, name: &'a str) -> pdp_cluster::FetchFuture<'a> {
         self.fetches
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let answer = self

@@ -1,5 +1,5 @@
 //! The floor of the load benchmarks: a handler that does nothing, on exactly the HTTPS stack of
-//! `pdp_injector::webhook::server::start` (same rustls configuration from `pdp_tls::build`, axum-server with
+//! `pdp_webhook::server::start` (same rustls configuration from `pdp_tls::build`, axum-server with
 //! `RustlsAcceptor`, the same handshake, first-request and header-read timeouts, HTTP/1 keep-alive, the same
 //! body reading with `axum::body::to_bytes(body, limit)`, the same multi-thread tokio runtime as the binary).
 //! It answers every `POST /mutate` with a fixed AdmissionReview the size of a skip answer, so the difference
@@ -22,8 +22,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use clap::Parser;
-use pdp_injector::webhook::server::DEFAULT_BODY_LIMIT;
 use pdp_tls::{self as tls, TlsFiles};
+use pdp_webhook::server::DEFAULT_BODY_LIMIT;
 
 /// What `serve` answers for a Pod it skips (`opted_out`), with the benchmark bodies' uid: same size.
 const REPLY: &[u8] = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"705ab4f5-6393-11e8-b7cc-42010a800002","allowed":true,"auditAnnotations":{"decision":"skip","reason":"opted_out"}}}"#;

@@ -1,4 +1,4 @@
-//! What one admission request costs the webhook outside the core (src/webhook/review.rs, `mutate`), piece by
+//! What one admission request costs the webhook outside the core (crates/pdp-webhook/src/review.rs, `mutate`), piece by
 //! piece: the span and its fields, the log line, the deadline's timer, the clock and the metrics, the bounds'
 //! permits, the body's copy and the response. A criterion program kept as a binary of the bench crate (as
 //! `stages`), run pinned to one core:
@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use pdp_core::admission::ReviewSummary;
 use pdp_core::core::Reason;
-use pdp_injector::webhook::metrics::Metrics;
-use pdp_injector::webhook::{admission_span, record_summary};
+use pdp_webhook::metrics::Metrics;
+use pdp_webhook::{admission_span, record_summary};
 use tracing::{Instrument, Span, info};
 use tracing_subscriber::fmt::MakeWriter;
 

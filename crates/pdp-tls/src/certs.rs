@@ -8,7 +8,7 @@ use pdp_core::names::{DEFAULT_NAME, DEFAULT_NAMESPACE};
 pub use pdp_core::pki::{Bundle, GenerateError, generate, generate_with_issuer, service_sans};
 
 /// The webhook's Service, whose DNS names the serving certificate carries: flags of `serve`, `certs` and `check`
-/// (inside the binary's `cluster::InstallNames` for the first and the last).
+/// (inside `pdp_cluster::InstallNames` for the first and the last).
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct ServiceName {
     /// Service name the apiserver dials (the certificate's SANs).

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::instances::Refusal;
 use crate::proxy::{Phase, Route};
 
 /// Counters of one instance, by its name.
@@ -86,8 +85,14 @@ impl Shared {
         f(&mut stats);
     }
 
-    /// Logs (once per file) and counts a file of the instance directory that the checks refuse.
-    pub(super) fn refuse_instance(&self, route: &Route, path: &Path, ino: u64, refusal: &Refusal) {
+    /// Logs (once per file) and counts a file of the instance directory that the checks refuse, saying why.
+    pub(super) fn refuse_instance(
+        &self,
+        route: &Route,
+        path: &Path,
+        ino: u64,
+        refusal: &impl std::fmt::Display,
+    ) {
         let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
         if refused.len() >= REFUSED_REMEMBERED {
             refused.clear();

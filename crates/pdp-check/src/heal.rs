@@ -16,9 +16,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tracing::{info, warn};
 
-use crate::config::Config;
 use pdp_core::check::heal::{self, Action, Memory, Seen};
 use pdp_core::check::pods::Drift;
+use pdp_core::config::Config;
 
 /// What a round is told.
 #[derive(Debug, Clone)]
@@ -151,7 +151,7 @@ impl Healer {
         let empty = BTreeMap::new();
         let mut seen: Vec<Seen> = Vec::new();
         let pods = Api::<Pod>::all(self.client.clone());
-        crate::check::gather::each_page(pods, ListParams::default(), |page| {
+        crate::gather::each_page(pods, ListParams::default(), |page| {
             for pod in &page {
                 let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
                 seen.extend(heal::see(

@@ -32,7 +32,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::cluster::InstallNames;
+use crate::InstallNames;
 use pdp_tls::TlsMaterial;
 use pdp_tls::certs::{self, Bundle};
 
@@ -330,7 +330,7 @@ pub async fn keep_reconciling(
     client: kube::Client,
     settings: Settings,
     tx: watch::Sender<TlsMaterial>,
-    counters: crate::cluster::ClusterCounters,
+    counters: crate::ClusterCounters,
 ) {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.names.webhook.namespace);
     let config =

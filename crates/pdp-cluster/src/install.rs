@@ -1,7 +1,7 @@
 //! Where the installed pieces are: one set of flags, environment variables and defaults (`names.rs`) for every
 //! command that names them (`serve`, `check`; `certs` takes the Service part).
 
-use crate::names::{DEFAULT_NAME, DEFAULT_SECRET};
+use pdp_core::names::{DEFAULT_NAME, DEFAULT_SECRET};
 use pdp_tls::certs::ServiceName;
 
 /// The webhook's namespace and Service, its certificate's Secret and its MutatingWebhookConfiguration.

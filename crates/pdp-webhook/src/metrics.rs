@@ -16,8 +16,8 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
-use crate::cluster::{ClusterCounters, ResultLabel, result};
-use crate::core::Reason;
+use pdp_cluster::{ClusterCounters, ResultLabel, result};
+use pdp_core::core::Reason;
 
 /// The `Content-Type` of what [`Metrics::render`] returns.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -315,7 +315,7 @@ impl Metrics {
         registry.register(
             "pdp_injector_build",
             "Version of the running injector",
-            Info::new([("version", crate::names::VERSION)]),
+            Info::new([("version", pdp_core::names::VERSION)]),
         );
 
         let reviews_family = Family::<[(&'static str, &'static str); 2], Counter>::default();

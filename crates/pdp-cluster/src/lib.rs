@@ -15,9 +15,9 @@ pub use install::InstallNames;
 pub use namespaces::{ClusterNamespaces, FetchFuture, NamespaceSource, NoCluster, Static};
 
 /// The `result` label of the counters of work that succeeds or fails.
-pub(crate) type ResultLabel = [(&'static str, &'static str); 1];
+pub type ResultLabel = [(&'static str, &'static str); 1];
 
-pub(crate) fn result(ok: bool) -> ResultLabel {
+pub fn result(ok: bool) -> ResultLabel {
     [("result", if ok { "success" } else { "failure" })]
 }
 

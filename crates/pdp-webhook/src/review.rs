@@ -14,12 +14,12 @@ use axum::response::{IntoResponse, Response};
 use tracing::{Instrument, Span, error, info, info_span, warn};
 
 use super::metrics::{ErrorKind, Metrics};
-use super::server::AppState;
-use crate::admission;
-use crate::cluster::namespaces::NamespaceSource;
-use crate::config::Config;
-use crate::core::{Denial, NamespaceInfo, Outcome};
-use crate::duration::parse_duration;
+use crate::state::AppState;
+use pdp_cluster::namespaces::NamespaceSource;
+use pdp_core::admission;
+use pdp_core::config::Config;
+use pdp_core::core::{Denial, NamespaceInfo, Outcome};
+use pdp_core::duration::parse_duration;
 
 /// What a review gives: the AdmissionReview answer's bytes and what to log.
 type Answered = (Vec<u8>, admission::ReviewSummary);

@@ -17,15 +17,16 @@ use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use tokio::sync::Semaphore;
 use tracing::{error, info, warn};
 
-use crate::cluster::namespaces::NamespaceSource;
-use crate::config::{ClusterFit, Config, ConfigError};
-use crate::duration::duration_flag;
-use crate::webhook::limits::{self, ConnectionLimit, MemoryBounds};
-use crate::webhook::metrics::Metrics;
-use crate::webhook::review;
+use crate::limits::{self, ConnectionLimit, MemoryBounds};
+use crate::metrics::Metrics;
+use crate::review;
+use pdp_cluster::namespaces::NamespaceSource;
+use pdp_core::config::{ClusterFit, Config, ConfigError};
+use pdp_core::duration::duration_flag;
 use pdp_tls::{self as tls, TlsError, TlsFiles, TlsMaterial};
 
-pub use crate::webhook::review::{Entry, OPTED_IN_PATH};
+pub use crate::review::{Entry, OPTED_IN_PATH};
+pub use crate::state::AppState;
 
 /// Where the serving certificate comes from.
 #[derive(Debug, Clone)]
@@ -56,7 +57,7 @@ pub struct ServeFlags {
     pub body_limit: usize,
     /// The memory the webhook may use, a Kubernetes quantity from which its connection, body and buffer bounds
     /// derive (about 75% of the container's limit; SECURITY.md, "Memory budget").
-    #[arg(long, env = "PDP_INJECTOR_MEMORY_BUDGET", default_value = "96Mi", value_parser = crate::size::parse_size)]
+    #[arg(long, env = "PDP_INJECTOR_MEMORY_BUDGET", default_value = "96Mi", value_parser = pdp_core::size::parse_size)]
     pub memory_budget: u64,
     /// Upper bound on one request (the apiserver's ?timeout= lowers it).
     #[arg(long, env = "PDP_INJECTOR_REQUEST_TIMEOUT", default_value = "10s", value_parser = duration_flag)]
@@ -112,10 +113,10 @@ pub struct ServeOptions {
     /// What the config must be adapted to in this cluster.
     pub fit: ClusterFit,
     /// Whether the node plugin's CSIDriver exists, kept current in the background
-    /// ([`crate::cluster::csi_driver::watch`]): a change re-applies the config with the new fact.
+    /// ([`pdp_cluster::csi_driver::watch`]): a change re-applies the config with the new fact.
     pub csi_driver: Option<tokio::sync::watch::Receiver<bool>>,
     /// Counted by the background tasks against the cluster (certificates, namespaces); rendered in /metrics.
-    pub cluster_counters: crate::cluster::ClusterCounters,
+    pub cluster_counters: pdp_cluster::ClusterCounters,
 }
 
 impl ServeOptions {
@@ -167,57 +168,6 @@ pub enum ServeError {
         /// The I/O error.
         source: std::io::Error,
     },
-}
-
-/// Shared by every request.
-pub struct AppState {
-    pub(super) config: RwLock<Arc<Config>>,
-    pub(super) namespaces: Arc<dyn NamespaceSource>,
-    /// The process's metrics.
-    pub metrics: Metrics,
-    pub(super) bound: AtomicBool,
-    pub(super) shutting_down: AtomicBool,
-    /// Reviews being computed.
-    pub(super) permits: Arc<Semaphore>,
-    /// Requests being received (body still arriving) or computed: four times `permits`, so that slow bodies
-    /// cannot take the permits that finished requests need.
-    pub(super) readers: Arc<Semaphore>,
-    pub(super) body_limit: usize,
-    /// Bytes of request bodies held at once, across all requests.
-    pub(super) body_budget: Arc<Semaphore>,
-    pub(super) bounds: MemoryBounds,
-    pub(super) connections: ConnectionLimit,
-    pub(super) request_timeout: Duration,
-}
-
-impl AppState {
-    /// The config in force.
-    pub fn config(&self) -> Arc<Config> {
-        self.config
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
-    }
-
-    fn set_config(&self, config: Config) {
-        *self
-            .config
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(config);
-    }
-
-    /// Ready: bound, not shutting down, namespaces synced (certs and config were valid to get here).
-    pub fn ready(&self) -> Result<(), &'static str> {
-        if self.shutting_down.load(Ordering::SeqCst) {
-            Err("shutting down")
-        } else if !self.bound.load(Ordering::SeqCst) {
-            Err("not listening yet")
-        } else if !self.namespaces.synced() {
-            Err("namespace cache not synced yet")
-        } else {
-            Ok(())
-        }
-    }
 }
 
 /// A running server.
@@ -544,7 +494,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .body_bytes_held
         .set((state.bounds.body_bytes - state.body_budget.available_permits()) as i64);
     (
-        [(header::CONTENT_TYPE, crate::webhook::metrics::CONTENT_TYPE)],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         state.metrics.render(),
     )
         .into_response()
@@ -553,7 +503,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::webhook::limits::DEFAULT_MEMORY_BUDGET;
+    use crate::limits::DEFAULT_MEMORY_BUDGET;
 
     #[test]
     fn flag_defaults_are_the_library_defaults() {

@@ -11,7 +11,7 @@ use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::Api;
 use tracing::{info, warn};
 
-use crate::names::CSI_DRIVER;
+use pdp_core::names::CSI_DRIVER;
 
 /// Reads the CSIDriver; on failure (forbidden, timeout) answers absent and says so: the Pods keep the hostPath
 /// or TCP wiring, which works without the plugin.

@@ -18,15 +18,15 @@ use kube::core::NamespaceResourceScope;
 use rustls_pki_types::ServerName;
 use serde::de::DeserializeOwned;
 
-use crate::config::Config;
-use crate::names::CSI_DRIVER;
 use pdp_core::check::analyse::{
     ClusterView, ConfigSource, FRONT_COMPONENT_LABEL, FlagSyncView, Judge, LiveProbe, Names,
     PDP_COMPONENT_LABEL, Read, RelayGeneration, endpoint,
 };
 use pdp_core::check::certs;
 use pdp_core::check::workloads::Owners;
+use pdp_core::config::Config;
 use pdp_core::config::supports_native_sidecars;
+use pdp_core::names::CSI_DRIVER;
 use pdp_tls as tls;
 
 /// What to read.
@@ -442,7 +442,7 @@ pub struct PreOptions {
     /// `--kubelet-dir`.
     pub kubelet_dir: String,
     /// `--model`.
-    pub models: Vec<crate::config::Mode>,
+    pub models: Vec<pdp_core::config::Mode>,
 }
 
 /// The resources a group version serves; `Ok(None)` when it is not served (404).

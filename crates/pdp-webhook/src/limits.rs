@@ -23,7 +23,7 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::size::{KIB, MIB};
+use pdp_core::size::{KIB, MIB};
 
 /// The default budget: 75% of the Deployment's 128 MiB memory limit, the rest being headroom for the allocator
 /// and the kernel's accounting.

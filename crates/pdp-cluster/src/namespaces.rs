@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::ClusterCounters;
-use crate::core::NamespaceInfo;
+use pdp_core::core::NamespaceInfo;
 
 /// What [`NamespaceSource::fetch`] returns.
 pub type FetchFuture<'a> =
