@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The release artifacts, into dist/ (DIST overrides), for x86_64-unknown-linux-gnu (aarch64 is not built here):
+# The release artifacts, into dist/ (DIST overrides):
 #
-#   scripts/release.sh [binary|sbom|chart]...   (no argument: all three)
+#   scripts/release.sh [--target aarch64-unknown-linux-gnu] [binary|sbom|chart]...   (no step: all three)
 #
 # - binary: `cargo build --release` (line tables, Cargo.toml's release profile), then the debug info split off:
 #   dist/pdp-injector (debug sections and symbol table stripped, with a .gnu_debuglink naming the debug file) and
 #   dist/pdp-injector.debug (`objcopy --only-keep-debug`: line tables and symbols, which gdb, addr2line and a
 #   panic's backtrace load when the file sits beside the binary or under /usr/lib/debug); dist/pdp-await
 #   (tools/pdp-await, static and stripped by its own profile). The Dockerfile runs this step.
+# - binary with --target aarch64-unknown-linux-gnu: the same into dist/aarch64-unknown-linux-gnu/, cross-compiled
+#   with Debian's cross toolchain (gcc-aarch64-linux-gnu, libc6-dev-arm64-cross) and std built from source
+#   (-Zbuild-std, scripts/rust-src.sh; RUSTC_BOOTSTRAP lets the stable toolchain take that flag), then run under
+#   qemu-aarch64 (qemu-user): `--version`, and `inject` of a golden input must print its golden output.
 # - sbom: dist/pdp-injector-VERSION.cdx.json, CycloneDX of the crates in the binary (scripts/sbom.py, from
 #   `cargo metadata` and Cargo.lock).
 # - chart: dist/pdp-injector-VERSION.tgz, `helm package` with version and appVersion set to the crate's version
@@ -21,23 +25,73 @@ target_dir=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 # The [package] version: the first `version = ` line of Cargo.toml.
 version=$(sed -n 's/^version = "\([^"]*\)"$/\1/p' Cargo.toml | head -n 1)
 [ -n "$version" ] || { echo "release: no version in Cargo.toml" >&2; exit 1; }
+target=
+if [ "${1:-}" = --target ]; then
+    target=${2:?release: --target needs a target triple}
+    shift 2
+fi
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(binary sbom chart)
 mkdir -p "$dist"
 
 binary() {
-    cargo build --release --locked --bin pdp-injector
-    local built="$target_dir/release/pdp-injector" out="$dist/pdp-injector"
+    local out_dir=$dist cargo_target=() built_dir=$target_dir/release objcopy=objcopy
+    if [ -n "$target" ]; then
+        cross_env
+        out_dir=$dist/$target
+        cargo_target=(--target "$target" -Zbuild-std=std,panic_abort)
+        built_dir=$target_dir/$target/release
+        objcopy=$gnu-objcopy
+    fi
+    mkdir -p "$out_dir"
+    cargo build --release --locked --bin pdp-injector "${cargo_target[@]}"
+    local built="$built_dir/pdp-injector" out="$out_dir/pdp-injector"
     echo "built: $(ls -l "$built")"
-    objcopy --only-keep-debug "$built" "$out.debug"
+    "$objcopy" --only-keep-debug "$built" "$out.debug"
     chmod -x "$out.debug"
     # --strip-all: the symbol table alone is 6.8 MB (BENCHMARKS.md); it stays in the debug file.
-    objcopy --strip-all --add-gnu-debuglink="$out.debug" "$built" "$out.part"
+    "$objcopy" --strip-all --add-gnu-debuglink="$out.debug" "$built" "$out.part"
     mv "$out.part" "$out"
     # Its own target dir: pdp-await's static flags (tools/pdp-await/.cargo/config.toml) differ from the workspace's.
-    (cd tools/pdp-await && CARGO_TARGET_DIR="$target_dir/pdp-await" cargo build --release --locked)
-    cp "$target_dir/pdp-await/release/pdp-await" "$dist/pdp-await"
-    ls -l "$dist/pdp-injector" "$dist/pdp-injector.debug" "$dist/pdp-await"
+    (cd tools/pdp-await && CARGO_TARGET_DIR="$target_dir/pdp-await" cargo build --release --locked "${cargo_target[@]}")
+    local await_dir=$target_dir/pdp-await/release
+    [ -z "$target" ] || await_dir=$target_dir/pdp-await/$target/release
+    cp "$await_dir/pdp-await" "$out_dir/pdp-await"
+    ls -l "$out" "$out.debug" "$out_dir/pdp-await"
+    [ -z "$target" ] || run_emulated "$out" "$out_dir/pdp-await"
+}
+
+# The cross toolchain for --target: linker, C compiler (ring's C and assembly), std's source, nightly flags.
+cross_env() {
+    case $target in
+        aarch64-unknown-linux-gnu) gnu=aarch64-linux-gnu qemu=qemu-aarch64 ;;
+        *) echo "release: no cross toolchain known for '$target' (aarch64-unknown-linux-gnu)" >&2; exit 2 ;;
+    esac
+    local tool
+    for tool in "$gnu-gcc" "$gnu-objcopy" "$qemu"; do
+        command -v "$tool" >/dev/null || {
+            echo "release: $tool not found; install Debian's gcc-$gnu libc6-dev-arm64-cross qemu-user" >&2
+            exit 1
+        }
+    done
+    bash scripts/rust-src.sh >/dev/null
+    local triple=${target//-/_}
+    export "CARGO_TARGET_${triple^^}_LINKER=$gnu-gcc" "CC_$triple=$gnu-gcc" "AR_$triple=$gnu-ar"
+    export RUSTC_BOOTSTRAP=1
+}
+
+# The cross-built binaries run under user-mode emulation: the version, and one golden case end to end.
+run_emulated() {
+    local bin=$1 await=$2 case=tests/golden/default/pod-sidecar got
+    local emulate=("$qemu" -L "/usr/$gnu")
+    got=$("${emulate[@]}" "$bin" --version)
+    [ "$got" = "pdp-injector $version" ] || { echo "release: $bin --version printed '$got'" >&2; exit 1; }
+    if ! "${emulate[@]}" "$bin" inject -f "$case.in.yaml" 2>/dev/null | diff <(grep -v '^# ' "$case.out.yaml") -; then
+        echo "release: $bin under $qemu: inject of $case.in.yaml differs from its golden output (above)" >&2
+        exit 1
+    fi
+    "$qemu" "$await" --help >/dev/null
+    echo "ran under $qemu: $got; inject of $case.in.yaml = its golden output; pdp-await --help"
 }
 
 sbom() {
@@ -64,6 +118,6 @@ for step in "${steps[@]}"; do
         *) echo "release: unknown step '$step' (binary, sbom, chart)" >&2; exit 2 ;;
     esac
 done
-(cd "$dist" && find . -maxdepth 1 -type f ! -name SHA256SUMS ! -name '*.part' -printf '%P\n' | sort \
+(cd "$dist" && find . -type f ! -name SHA256SUMS ! -name '*.part' -printf '%P\n' | sort \
     | xargs sha256sum > SHA256SUMS)
 echo "release $version: $dist/"
