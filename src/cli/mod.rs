@@ -125,6 +125,23 @@ pub(crate) fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+/// An error and its causes for the terminal, each said once: many errors (the project's, kube's, std's) already
+/// put their cause in their own message, which anyhow's `{:#}` would print again.
+fn describe(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.contains(part.as_str()) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
 /// Parses the command line and runs the subcommand; the process's exit status.
 pub fn main() -> ExitCode {
     tls::install_default_provider();
@@ -134,7 +151,7 @@ pub fn main() -> ExitCode {
             return match check::run(args) {
                 Ok(code) => ExitCode::from(code),
                 Err(e) => {
-                    eprintln!("error: {e:#}");
+                    eprintln!("error: {}", describe(&e));
                     ExitCode::from(pdp_core::check::report::EXIT_CANNOT_CHECK)
                 }
             };
@@ -143,7 +160,7 @@ pub fn main() -> ExitCode {
             return match hooks::run(args) {
                 Ok(code) => ExitCode::from(code),
                 Err(e) => {
-                    eprintln!("error: {e:#}");
+                    eprintln!("error: {}", describe(&e));
                     ExitCode::FAILURE
                 }
             };
@@ -160,7 +177,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", describe(&e));
             ExitCode::FAILURE
         }
     }
@@ -171,6 +188,37 @@ mod tests {
     use clap::CommandFactory;
 
     use super::*;
+
+    #[test]
+    fn an_error_says_each_cause_once() {
+        // As thiserror's `#[error("...: {source}")]`: the cause in the message and as `source()`.
+        #[derive(Debug)]
+        struct Read {
+            source: std::io::Error,
+        }
+        impl std::fmt::Display for Read {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "cannot read config file c.yaml: {}", self.source)
+            }
+        }
+        impl std::error::Error for Read {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.source)
+            }
+        }
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        let e = anyhow::Error::new(Read { source: io }).context("loading the config");
+        assert_eq!(
+            describe(&e),
+            "loading the config: cannot read config file c.yaml: No such file or directory"
+        );
+        // A cause the message does not carry is still said.
+        let e = anyhow::anyhow!("connection refused").context("cannot reach the apiserver");
+        assert_eq!(
+            describe(&e),
+            "cannot reach the apiserver: connection refused"
+        );
+    }
 
     fn parse(args: &[&str]) -> Result<Command, clap::Error> {
         Cli::try_parse_from(std::iter::once("pdp-injector").chain(args.iter().copied()))
