@@ -266,9 +266,11 @@ fn required(label: &str) -> NamespaceInfo {
     NamespaceInfo::from_labels("team", labels.iter().map(|(k, v)| (k, v)))
 }
 
+/// The outcome for a Pod's JSON, read as the webhook reads the apiserver's (its text, not a typed Pod).
 fn outcome_of(p: serde_json::Value, ns: &NamespaceInfo) -> pdp_core::core::Outcome {
-    let p: Pod = serde_json::from_value(p).unwrap();
-    pdp_core::core::inject(&p, ns, &Config::builtin())
+    let text = p.to_string();
+    let view = pdp_core::core::PodView::parse(&text).unwrap();
+    pdp_core::core::inject_view(&view, ns, &Config::builtin())
 }
 
 fn wired_status(annotations: serde_json::Value) -> serde_json::Value {
@@ -554,7 +556,15 @@ fn a_status_whose_names_are_carried_with_other_values_is_not_believed() {
             .unwrap()
     }
     type Tamper = fn(&mut Value);
-    let tampered: [(&str, usize, Tamper); 7] = [
+    // An entry of the app's that does not read as a variable leaves the others believed.
+    let mut odd = fixtures[0].0.clone();
+    odd["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, json!({"name": "APP_PORT", "value": 8080}));
+    let o = outcome_of(odd, &daemonset_ns(true, true));
+    assert_eq!(o.reason(), Reason::AlreadyInjected, "{o:?}");
+    let tampered: [(&str, usize, Tamper); 8] = [
         ("an address elsewhere", 0, |p| {
             var(p, "CERBOS_PDP_ADDR")["value"] = json!("attacker.example:3593")
         }),
@@ -568,6 +578,14 @@ fn a_status_whose_names_are_carried_with_other_values_is_not_believed() {
             let env = p["spec"]["containers"][0]["env"].as_array_mut().unwrap();
             env.push(json!({"name": "CERBOS_PDP_ADDR", "value": "attacker.example:3593"}));
         }),
+        (
+            "a later definition of the address that is not a variable",
+            0,
+            |p| {
+                let env = p["spec"]["containers"][0]["env"].as_array_mut().unwrap();
+                env.push(json!({"name": "CERBOS_PDP_ADDR", "value": 3593}));
+            },
+        ),
         ("the socket volume from another directory", 0, |p| {
             let volumes = p["spec"]["volumes"].as_array_mut().unwrap();
             let socket = volumes

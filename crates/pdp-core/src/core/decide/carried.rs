@@ -160,20 +160,34 @@ fn env_not_carried(
     if kept {
         return None;
     }
-    let mut last: Vec<Option<&serde_json::value::RawValue>> = vec![None; claimed.len()];
-    each_entry(env, |raw| {
-        if let Ok(e) = crate::json::from_str::<NameEntry<'_>>(raw.get())
-            && let Some(i) = claimed.iter().position(|c| *c == e.name.as_str())
-        {
-            last[i] = Some(raw);
+    // Each claimed variable's last definition; `Some(None)` when that entry does not read as a variable.
+    let mut last: Vec<Option<Option<EnvEntry<'_>>>> = claimed.iter().map(|_| None).collect();
+    let at = |name: &str| claimed.iter().position(|c| *c == name);
+    // One pass when every entry reads as a variable, as the apiserver sends them; entry by entry otherwise, so
+    // that an entry of another shape is passed over instead of failing the list.
+    match env.map(|e| crate::json::from_str::<Vec<EnvEntry<'_>>>(e.get())) {
+        None => {}
+        Some(Ok(entries)) => {
+            for e in entries {
+                if let Some(i) = at(e.name.as_str()) {
+                    last[i] = Some(Some(e));
+                }
+            }
         }
-        false
-    });
-    for (name, raw) in claimed.iter().zip(last) {
+        Some(Err(_)) => each_entry(env, |raw| {
+            if let Ok(e) = crate::json::from_str::<NameEntry<'_>>(raw.get())
+                && let Some(i) = at(e.name.as_str())
+            {
+                last[i] = Some(crate::json::from_str::<EnvEntry<'_>>(raw.get()).ok());
+            }
+            false
+        }),
+    }
+    for (name, definition) in claimed.iter().zip(last) {
         let Some(ours) = recorded.iter().find(|e| e.name == *name) else {
             continue;
         };
-        let theirs = raw.and_then(|r| crate::json::from_str::<EnvEntry<'_>>(r.get()).ok());
+        let theirs = definition.flatten();
         let wanted = match theirs.as_ref().map(|t| same_source(t, ours)) {
             Some(Ok(())) => continue,
             Some(Err(wanted)) => wanted,

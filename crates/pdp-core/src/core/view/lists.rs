@@ -112,8 +112,9 @@ pub fn first_unnamed<'w, W: AsRef<str>>(
         .map(|(w, _)| w.as_ref())
 }
 
-/// Calls `f` with each entry of a list, in order, until it returns `true`: one read of the list, which keeps
-/// nothing. A list that is not one counts as empty, as does `None`.
+/// Calls `f` with each entry of a list, in order, until it returns `true`. A list that is not one counts as
+/// empty, as does `None`. The fast reader splits the list (crate::json); where it declines, serde_json does and
+/// `f` sees the entries up to where serde_json stops.
 pub fn each_entry<'a>(raw: Option<&'a RawValue>, mut f: impl FnMut(&'a RawValue) -> bool) {
     struct Each<'f, F>(&'f mut F);
     impl<'de, F: FnMut(&'de RawValue) -> bool> Visitor<'de> for Each<'_, F> {
@@ -130,10 +131,22 @@ pub fn each_entry<'a>(raw: Option<&'a RawValue>, mut f: impl FnMut(&'a RawValue)
             Ok(())
         }
     }
-    if let Some(raw) = raw {
-        let mut de = serde_json::Deserializer::from_str(raw.get());
-        // Stopping early leaves the list unfinished, which the parser reports: what `f` saw stands either way.
-        let _ = de.deserialize_seq(Each(&mut f));
+    let Some(raw) = raw else {
+        return;
+    };
+    match crate::json::read::<Vec<&'a RawValue>>(raw.get()) {
+        Ok(entries) => {
+            for entry in entries {
+                if f(entry) {
+                    break;
+                }
+            }
+        }
+        Err(crate::json::Fallback) => {
+            let mut de = serde_json::Deserializer::from_str(raw.get());
+            // Stopping early leaves the list unfinished, which the parser reports: what `f` saw stands.
+            let _ = de.deserialize_seq(Each(&mut f));
+        }
     }
 }
 
