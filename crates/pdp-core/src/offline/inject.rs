@@ -338,7 +338,7 @@ fn inject_document(
             // The view was given the empty `metadata` a template may leave out (see `pod_text`), so the patch
             // adds under it: give the template that mapping too.
             if let Some(t) = template.as_object_mut()
-                && !t.get("metadata").is_some_and(Value::is_object)
+                && lacks_metadata(t)
             {
                 t.insert("metadata".into(), Value::Object(Default::default()));
             }
@@ -359,11 +359,15 @@ fn inject_document(
     Ok(changed)
 }
 
+fn lacks_metadata(template: &Map<String, Value>) -> bool {
+    !template.get("metadata").is_some_and(Value::is_object)
+}
+
 /// The JSON the view of a Pod or Pod template is parsed from. A template may leave out `metadata` (common in
 /// Jobs and CronJobs): it stands for the empty mapping, which the text then has.
 fn pod_text(template: &Value) -> String {
     match template.as_object() {
-        Some(t) if !t.get("metadata").is_some_and(Value::is_object) => {
+        Some(t) if lacks_metadata(t) => {
             let mut t: Map<String, Value> = t.clone();
             t.insert("metadata".into(), Value::Object(Map::new()));
             Value::Object(t).to_string()
