@@ -3,7 +3,8 @@
 #
 #   scripts/release.sh [--target aarch64-unknown-linux-gnu] [binary|sbom|chart]...   (no step: all three)
 #
-# - binary: `cargo build --release` (line tables, Cargo.toml's release profile), then the debug info split off:
+# - binary: `cargo build --profile dist` (Cargo.toml: the release profile, line tables, fat LTO; RELEASE_PROFILE
+#   overrides, as CI's cross build does with `release`), then the debug info split off:
 #   dist/pdp-injector (debug sections and symbol table stripped, with a .gnu_debuglink naming the debug file) and
 #   dist/pdp-injector.debug (`objcopy --only-keep-debug`: line tables and symbols, which gdb, addr2line and a
 #   panic's backtrace load when the file sits beside the binary or under /usr/lib/debug); dist/pdp-await
@@ -35,16 +36,17 @@ steps=("$@")
 mkdir -p "$dist"
 
 binary() {
-    local out_dir=$dist cargo_target=() built_dir=$target_dir/release objcopy=objcopy
+    local profile=${RELEASE_PROFILE:-dist}
+    local out_dir=$dist cargo_target=() built_dir=$target_dir/$profile objcopy=objcopy
     if [ -n "$target" ]; then
         cross_env
         out_dir=$dist/$target
         cargo_target=(--target "$target" -Zbuild-std=std,panic_abort)
-        built_dir=$target_dir/$target/release
+        built_dir=$target_dir/$target/$profile
         objcopy=$gnu-objcopy
     fi
     mkdir -p "$out_dir"
-    cargo build --release --locked --bin pdp-injector "${cargo_target[@]}"
+    cargo build --profile "$profile" --locked --bin pdp-injector "${cargo_target[@]}"
     local built="$built_dir/pdp-injector" out="$out_dir/pdp-injector"
     echo "built: $(ls -l "$built")"
     "$objcopy" --only-keep-debug "$built" "$out.debug"
