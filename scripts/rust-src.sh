@@ -34,12 +34,11 @@ if [ ! -f "$unpacked/library/Cargo.lock" ]; then
     echo "[rust-src] rustc $version: fetching Debian's rust-src $version" >&2
     apt-get "${apt_opts[@]}" -qq update >&2
     # Debian's versions read "1.95.0+dfsg1-2~bpo13+1": the upstream version, then Debian's own suffix.
-    deb_version=$(apt-cache "${apt_opts[@]}" madison rust-src | awk -F'|' '{gsub(/ /, "", $2); print $2}' \
-        | grep -F "$version+" | head -n 1 || true)
+    versions=$(apt-cache "${apt_opts[@]}" madison rust-src | awk -F'|' '{gsub(/ /, "", $2); print $2}')
+    deb_version=$(grep -F "$version+" <<<"$versions" | head -n 1 || true)
     if [ -z "$deb_version" ]; then
-        echo "[rust-src] Debian has no rust-src $version (it has: $(apt-cache "${apt_opts[@]}" madison rust-src \
-            | awk -F'|' '{gsub(/ /, "", $2); printf "%s ", $2}')); install the source with" \
-            "'rustup component add rust-src' or use a toolchain of one of those versions" >&2
+        echo "[rust-src] Debian has no rust-src $version (it has: $(tr '\n' ' ' <<<"$versions")); install the" \
+            "source with 'rustup component add rust-src' or use a toolchain of one of those versions" >&2
         exit 1
     fi
     (cd "$work" && apt-get "${apt_opts[@]}" -qq download "rust-src=$deb_version") >&2

@@ -163,9 +163,10 @@ fn env_not_carried(
     // Each claimed variable's last definition; `Some(None)` when that entry does not read as a variable.
     let mut last: Vec<Option<Option<EnvEntry<'_>>>> = claimed.iter().map(|_| None).collect();
     let at = |name: &str| claimed.iter().position(|c| *c == name);
-    // One pass when every entry reads as a variable, as the apiserver sends them; entry by entry otherwise, so
-    // that an entry of another shape is passed over instead of failing the list.
-    match env.map(|e| crate::json::from_str::<Vec<EnvEntry<'_>>>(e.get())) {
+    // One pass of the core's reader when every entry reads as a variable, as the apiserver sends them; entry by
+    // entry otherwise (each with serde_json behind it), so that an entry of another shape is passed over instead
+    // of failing the list.
+    match env.map(|e| crate::json::read::<Vec<EnvEntry<'_>>>(e.get())) {
         None => {}
         Some(Ok(entries)) => {
             for e in entries {
